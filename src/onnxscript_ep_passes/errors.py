@@ -1,0 +1,75 @@
+"""Errors raised when a model cannot be lowered exactly."""
+
+from __future__ import annotations
+
+__all__ = ["DowngradeError", "Refusal"]
+
+import dataclasses
+from collections.abc import Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """One node that cannot be expressed at the target opset, and why.
+
+    Attributes:
+        node_name: The node's name as in the model ("" when it has none).
+        op_type: The node's operator.
+        domain: The node's domain ("" for ai.onnx).
+        since_version: The since_version of the node's schema in the model.
+        step: The schema version whose change could not be undone.
+        target_opset: The opset the model was being lowered to.
+        reason: What blocks the node, in words.
+        scope: Where the node lives: "graph 'main'", "function 'pkg::f'", ...
+    """
+
+    node_name: str
+    op_type: str
+    domain: str
+    since_version: int
+    step: int
+    target_opset: int
+    reason: str
+    scope: str = ""
+
+    def __str__(self) -> str:
+        name = f"'{self.node_name}'" if self.node_name else "<unnamed>"
+        where = f" in {self.scope}" if self.scope else ""
+        return (
+            f"node {name} ({self.op_type}-{self.since_version}{where}): "
+            f"cannot step down from {self.op_type}-{self.step}: {self.reason}"
+        )
+
+
+class DowngradeError(ValueError):
+    """Some nodes cannot be expressed at the target opset; nothing was changed.
+
+    ``refusals`` lists every offending node, not only the first one.
+    """
+
+    def __init__(
+        self,
+        refusals: Sequence[Refusal],
+        *,
+        source_opset: int | None = None,
+        target_opset: int | None = None,
+        model_name: str | None = None,
+    ) -> None:
+        self.refusals = tuple(refusals)
+        self.source_opset = source_opset
+        self.target_opset = target_opset
+        self.model_name = model_name
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        what = f"model '{self.model_name}'" if self.model_name else "the model"
+        span = ""
+        if self.source_opset is not None and self.target_opset is not None:
+            span = f" from opset {self.source_opset} to {self.target_opset}"
+        count = len(self.refusals)
+        lines = [
+            f"Cannot lower {what}{span}: {count} node{'s' if count != 1 else ''} "
+            "cannot be expressed exactly at the target opset (the model was left unchanged):"
+        ]
+        lines.extend(f"  - {r}" for r in self.refusals)
+        return "\n".join(lines)

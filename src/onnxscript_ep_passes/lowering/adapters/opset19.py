@@ -1,0 +1,9 @@
+"""Undo what ai.onnx opset 19 changed (19 -> 18).
+
+Type-only changes of this step are derived from ``onnx.defs`` by the registry; the
+adapters here cover the rest.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []

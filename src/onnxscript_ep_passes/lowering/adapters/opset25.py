@@ -1,0 +1,9 @@
+"""Undo what ai.onnx opset 25 changed (25 -> 24).
+
+Type-only changes of this step are derived from ``onnx.defs`` by the registry; the
+adapters here cover the rest.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []

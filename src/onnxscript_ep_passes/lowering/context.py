@@ -1,0 +1,211 @@
+"""What an adapter sees: the node, the step it undoes, and a builder for new nodes.
+
+Nodes built with :meth:`DowngradeContext.op` are inserted just before the node being
+lowered, in the same graph, and are read at opset ``ctx.opset`` (the version just below
+the step); the pass lowers them further when the target is lower still. Their output
+types are inferred node by node, so later type rules can check them.
+"""
+
+from __future__ import annotations
+
+__all__ = ["AdapterRefused", "DowngradeContext"]
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnxscript_ep_passes.lowering import schemas
+from onnxscript_ep_passes.lowering.types import TypeOracle, infer_node_output_types
+
+if TYPE_CHECKING:
+    pass
+
+
+class AdapterRefused(Exception):
+    """Raised by :meth:`DowngradeContext.refuse`; collected into a DowngradeError."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class DowngradeContext:
+    """The node being stepped down from schema ``version`` to schema ``previous``.
+
+    Attributes:
+        node: The node. Adapters may edit its attributes in place and return None.
+        version: The since_version of the node's current schema (the step undone).
+        previous: The since_version of the schema below, or None for a new operator.
+        opset: The opset the replacement is expressed in (``version - 1``).
+        target_opset: The opset the whole model goes to.
+    """
+
+    def __init__(
+        self,
+        node: ir.Node,
+        version: int,
+        previous: int | None,
+        target_opset: int,
+        oracle: TypeOracle,
+        on_new_node: Callable[[ir.Node, int], None],
+    ) -> None:
+        self.node = node
+        self.version = version
+        self.previous = previous
+        self.opset = version - 1
+        self.target_opset = target_opset
+        self._oracle = oracle
+        self._on_new_node = on_new_node
+        self._count = 0
+
+    # -- reading the node -------------------------------------------------------------
+
+    def refuse(self, reason: str) -> NoReturn:
+        """Give up on this node: no exact equivalent exists below this step."""
+        raise AdapterRefused(reason)
+
+    def type_of(self, value: ir.Value | None) -> ir.TypeProtocol | None:
+        return None if value is None else self._oracle.type_of(value)
+
+    def dtype_of(self, value: ir.Value | None) -> ir.DataType | None:
+        type_ = self.type_of(value)
+        return type_.dtype if isinstance(type_, ir.TensorType) else None
+
+    def require_dtype(self, value: ir.Value | None, what: str) -> ir.DataType:
+        """The element type of ``value``; refuses when it cannot be known."""
+        dtype = self.dtype_of(value)
+        if dtype is None:
+            name = value.name if value is not None else "?"
+            self.refuse(f"the type of {what} '{name}' is unknown, even after shape inference")
+        return dtype
+
+    def attribute(self, name: str, default: Any = None) -> Any:
+        """The node's attribute value, or ``default`` when it is not set."""
+        attr = self.node.attributes.get(name)
+        return default if attr is None else attr.value
+
+    def input(self, index: int) -> ir.Value | None:
+        inputs = self.node.inputs
+        return inputs[index] if index < len(inputs) else None
+
+    def require_types_allowed_below(self) -> None:
+        """Refuse unless every tensor type of the node is allowed by the older schema."""
+        if self.previous is None:
+            self.refuse(f"{self.node.op_type} does not exist before opset {self.version}")
+        diff = schemas.step_diff(self.node.op_type, self.version, self.node.domain)
+        if not diff.added_types:
+            return
+        schema = schemas.get_schema(self.node.op_type, self.version, self.node.domain)
+        assert schema is not None
+        problems: list[str] = []
+        for formals, actuals, kind in (
+            (schema.inputs, self.node.inputs, "input"),
+            (schema.outputs, self.node.outputs, "output"),
+        ):
+            for index, value in enumerate(actuals):
+                if value is None or not formals:
+                    continue
+                formal = formals[min(index, len(formals) - 1)]
+                allowed = diff.old_allowed.get(formal.type_str)
+                if allowed is None:
+                    continue
+                type_str = schemas.type_string(self.type_of(value))
+                label = f"{kind} '{value.name}'" if value.name else f"{kind} {index}"
+                if type_str is None:
+                    problems.append(
+                        f"the type of {label} is unknown (needed to tell whether "
+                        f"{self.node.op_type}-{self.previous} allows it)"
+                    )
+                elif type_str not in allowed:
+                    problems.append(
+                        f"{label} is {_pretty(type_str)}, which "
+                        f"{self.node.op_type}-{self.previous} does not allow"
+                    )
+        if problems:
+            self.refuse("; ".join(problems))
+
+    # -- building ---------------------------------------------------------------------
+
+    def op(
+        self,
+        op_type: str,
+        inputs: Sequence[ir.Value | None],
+        *,
+        domain: str = "",
+        num_outputs: int = 1,
+        opset: int | None = None,
+        **attributes: Any,
+    ) -> ir.Value:
+        """Insert a node before the node being lowered; return its (first) output."""
+        return self.op_multi(
+            op_type, inputs, domain=domain, num_outputs=num_outputs, opset=opset, **attributes
+        )[0]
+
+    def op_multi(
+        self,
+        op_type: str,
+        inputs: Sequence[ir.Value | None],
+        *,
+        domain: str = "",
+        num_outputs: int = 1,
+        opset: int | None = None,
+        **attributes: Any,
+    ) -> tuple[ir.Value, ...]:
+        attrs = [_to_attr(name, value) for name, value in attributes.items() if value is not None]
+        node = ir.Node(
+            domain,
+            op_type,
+            inputs,
+            attrs,
+            num_outputs=num_outputs,
+            name=self.fresh_name(op_type),
+        )
+        self.insert(node, self.opset if opset is None else opset)
+        return tuple(node.outputs)
+
+    def insert(self, node: ir.Node, opset: int) -> None:
+        """Insert a built node before the node being lowered; it is read at ``opset``."""
+        graph = self.node.graph
+        assert graph is not None, "the node being lowered is not in a graph"
+        graph.insert_before(self.node, node)
+        if not node.domain:
+            infer_node_output_types(node, opset)
+        self._on_new_node(node, opset)
+
+    def constant(self, value: np.ndarray | float | int | bool, dtype: Any = None) -> ir.Value:
+        """A Constant node holding ``value`` (a numpy array or scalar)."""
+        array = np.asarray(value, dtype=dtype)
+        return self.op("Constant", [], value=ir.tensor(array))
+
+    def constant_like(self, value: float | int, like: ir.Value) -> ir.Value:
+        """A scalar constant with the element type of ``like``."""
+        dtype = self.require_dtype(like, "input")
+        return self.constant(np.array(value, dtype=dtype.numpy()))
+
+    def expand_function(self) -> list[ir.Value | None]:
+        """Replace the node by its ONNX function body (see :mod:`.expansion`)."""
+        from onnxscript_ep_passes.lowering.expansion import expand_function_body
+
+        return expand_function_body(self)
+
+    def fresh_name(self, op_type: str) -> str:
+        self._count += 1
+        base = self.node.name or self.node.op_type
+        return f"{base}/lowered_{op_type}_{self._count}"
+
+
+def _pretty(type_str: str) -> str:
+    if type_str.startswith("tensor(") and type_str.endswith(")"):
+        return type_str[len("tensor(") : -1].upper()
+    return type_str
+
+
+def _to_attr(name: str, value: Any) -> ir.Attr:
+    if isinstance(value, ir.Attr):
+        return value
+    if isinstance(value, onnx.AttributeProto):
+        return ir.serde.deserialize_attribute(value)
+    return ir.convenience.convert_attribute(name, value)

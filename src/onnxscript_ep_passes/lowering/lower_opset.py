@@ -1,0 +1,311 @@
+"""Lower a model's ai.onnx opset, node by node, keeping its meaning exactly.
+
+Rules the pass follows:
+
+1. Every default-domain node whose schema at the source opset is newer than the target
+   steps down one since_version at a time. Each step ``(op, v)`` is undone by the rule
+   the registry gives for it: a type rule derived from ``onnx.defs`` (the node is valid
+   below when its actual types are allowed there) or a hand-written adapter (drops an
+   attribute that cannot matter, rewrites the node exactly, or refuses).
+2. Nodes an adapter builds are read at the opset the adapter wrote them in and are
+   lowered in turn, so a rewrite or a function-body expansion succeeds only when every
+   node it produces reaches the target too.
+3. Every node is reached: the main graph, If/Loop/Scan bodies at any depth, and
+   model-local functions (lowered from their own opset import). Functions are kept.
+4. All refusals are collected; if there is any, :class:`DowngradeError` lists them all
+   and the caller's model is left exactly as it was (the work is done on a clone that
+   shares the weights, and swapped in only on success).
+5. Only after every node succeeded are the default-domain opset imports of the model and
+   of each function rewritten, ``ir_version`` lowered to the highest IR version the
+   target opset allows (``onnx.helper.VERSION_TABLE``) when it is higher, and stale
+   per-node version overrides cleared. Other domains are left as they are.
+6. A model already at or below the target is left alone (``modified=False``).
+"""
+
+from __future__ import annotations
+
+__all__ = ["ORT_TRACKING_ISSUE", "LowerOpsetPass", "lower_opset", "max_ir_version_for_opset"]
+
+import dataclasses
+import functools
+import logging
+from collections.abc import Sequence
+from typing import TypeVar, overload
+
+import onnx
+import onnx_ir as ir
+
+from onnxscript_ep_passes.errors import DowngradeError, Refusal
+from onnxscript_ep_passes.lowering import schemas
+from onnxscript_ep_passes.lowering.context import AdapterRefused, DowngradeContext
+from onnxscript_ep_passes.lowering.registry import DEFAULT_REGISTRY, AdapterRegistry
+from onnxscript_ep_passes.lowering.types import TypeOracle
+
+logger = logging.getLogger(__name__)
+
+ORT_TRACKING_ISSUE = "https://github.com/microsoft/onnxruntime/issues/27729"
+
+MIN_TARGET_OPSET = 18
+
+_ModelT = TypeVar("_ModelT", ir.Model, onnx.ModelProto)
+
+
+@functools.cache
+def max_ir_version_for_opset(opset: int) -> int:
+    """The highest IR version of the ONNX releases whose ai.onnx opset is at most ``opset``."""
+    versions = [ir_v for _, ir_v, op, *_ in onnx.helper.VERSION_TABLE if op <= opset]
+    if not versions:
+        raise ValueError(f"opset {opset} is older than every ONNX release known to onnx")
+    return max(versions)
+
+
+def _default_opset(opsets: dict[str, int]) -> int | None:
+    for domain in schemas.DEFAULT_DOMAINS:
+        if domain in opsets:
+            return opsets[domain]
+    return None
+
+
+def _set_default_opset(opsets: dict[str, int], version: int) -> None:
+    for domain in schemas.DEFAULT_DOMAINS:
+        if domain in opsets:
+            opsets[domain] = version
+
+
+@dataclasses.dataclass
+class _Scope:
+    graph: ir.Graph | ir.Function
+    opset: int
+    label: str
+
+
+class _Lowering:
+    """One run of the lowering over a model (the clone being worked on)."""
+
+    def __init__(self, model: ir.Model, target: int, registry: AdapterRegistry) -> None:
+        self.model = model
+        self.target = target
+        self.registry = registry
+        self.oracle = TypeOracle(model)
+        self.refusals: list[Refusal] = []
+        self.rewritten = 0
+
+    def scopes(self) -> list[_Scope]:
+        scopes = []
+        main = _default_opset(self.model.opset_imports)
+        if main is not None and main > self.target:
+            scopes.append(_Scope(self.model.graph, main, f"graph '{self.model.graph.name}'"))
+        for function in self.model.functions.values():
+            opset = _default_opset(function.opset_imports)
+            if opset is not None and opset > self.target:
+                label = f"function '{function.domain}::{function.name}'"
+                scopes.append(_Scope(function, opset, label))
+        return scopes
+
+    def run(self) -> None:
+        for scope in self.scopes():
+            for node in list(ir.traversal.RecursiveGraphIterator(scope.graph)):
+                if schemas.is_default_domain(node.domain):
+                    opset = node.version if node.version is not None else scope.opset
+                    self.lower_node(node, opset, scope.label)
+
+    def lower_node(self, node: ir.Node, opset: int, scope: str) -> None:
+        start = schemas.since_version(node.op_type, opset, node.domain)
+        if start is None:
+            self._refuse(
+                node, opset, opset, f"no ONNX schema for {node.op_type} at opset {opset}", scope
+            )
+            return
+        version = start
+        while version > self.target:
+            entry = self.registry.lookup(node.domain, node.op_type, version)
+            previous = schemas.since_version(node.op_type, version - 1, node.domain)
+            if entry is None:
+                diff = schemas.step_diff(node.op_type, version, node.domain)
+                self._refuse(
+                    node, start, version, f"no adapter for this change ({diff.summary})", scope
+                )
+                return
+            built: list[tuple[ir.Node, int]] = []
+            ctx = DowngradeContext(
+                node, version, previous, self.target, self.oracle, lambda n, o: built.append((n, o))
+            )
+            try:
+                result = entry.adapter(node, ctx)
+                if result is not None:
+                    self._replace(node, result, ctx)
+                elif previous is None:
+                    raise AssertionError(
+                        f"adapter for new op {node.op_type}-{version} kept the node"
+                    )
+            except AdapterRefused as refusal:
+                self._refuse(node, start, version, refusal.reason, scope)
+                return
+            if result is not None or built:
+                self.rewritten += 1
+                logger.debug(
+                    "%s: %s '%s' stepped down from %d (%s): %d new nodes",
+                    scope,
+                    node.op_type,
+                    node.name,
+                    version,
+                    entry.kind,
+                    len(built),
+                )
+            for new_node, new_opset in built:
+                if new_node.graph is not None and schemas.is_default_domain(new_node.domain):
+                    self.lower_node(new_node, new_opset, scope)
+            if result is not None:
+                return
+            assert previous is not None
+            version = previous
+
+    def _replace(
+        self, node: ir.Node, values: Sequence[ir.Value | None], ctx: DowngradeContext
+    ) -> None:
+        graph = node.graph
+        assert graph is not None
+        outputs = list(node.outputs)
+        for index, old in enumerate(outputs):
+            new = values[index] if index < len(values) else None
+            if new is None:
+                if old.uses() or old.is_graph_output():
+                    raise AssertionError(
+                        f"adapter for {node.op_type} gave no value for used output {index}"
+                    )
+                continue
+            if old.is_graph_output() and (
+                new.is_graph_input()
+                or new.is_initializer()
+                or new.is_graph_output()
+                or new.producer() is None
+                or new.producer().graph is not graph  # type: ignore[union-attr]
+            ):
+                new = ctx.op("Identity", [new])
+            if new.type is None and old.type is not None:
+                new.type = old.type
+            if new.shape is None and old.shape is not None:
+                new.shape = old.shape
+            ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
+            producer = new.producer()
+            if (
+                producer is not None
+                and producer is not node
+                and old.name
+                and not new.is_graph_input()
+            ):
+                name = old.name
+                old.name = None
+                new.name = name
+        graph.remove(node, safe=True)
+
+    def _refuse(self, node: ir.Node, since: int, step: int, reason: str, scope: str) -> None:
+        self.refusals.append(
+            Refusal(
+                node_name=node.name or "",
+                op_type=node.op_type,
+                domain=node.domain,
+                since_version=since,
+                step=step,
+                target_opset=self.target,
+                reason=reason,
+                scope=scope,
+            )
+        )
+
+
+def _relabel(model: ir.Model, target: int) -> None:
+    graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
+    for graph in graphs:
+        opset = _default_opset(graph.opset_imports)
+        if opset is not None and opset > target:
+            _set_default_opset(graph.opset_imports, target)
+        for node in ir.traversal.RecursiveGraphIterator(graph):
+            if node.version is not None and schemas.is_default_domain(node.domain):
+                node.version = None
+    main = _default_opset(model.opset_imports)
+    if main is not None:
+        limit = max_ir_version_for_opset(main)
+        if model.ir_version > limit:
+            model.ir_version = limit
+
+
+class LowerOpsetPass(ir.passes.InPlacePass):
+    """Lower the model's ai.onnx opset to ``target_opset``, exactly, or raise.
+
+    See :mod:`onnxscript_ep_passes.lowering.lower_opset` for the rules. Raises
+    :class:`~onnxscript_ep_passes.DowngradeError` (listing every offending node) when
+    some node has no exact equivalent at the target; the model is then unchanged.
+    """
+
+    def __init__(
+        self,
+        target_opset: int,
+        *,
+        registry: AdapterRegistry | None = None,
+        ep: str | None = None,
+    ) -> None:
+        super().__init__()
+        if target_opset < MIN_TARGET_OPSET:
+            raise ValueError(
+                f"target_opset {target_opset} is below {MIN_TARGET_OPSET}, the lowest supported"
+            )
+        self.target_opset = target_opset
+        self.registry = registry or DEFAULT_REGISTRY
+        self.ep = ep
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        _load_adapters()
+        source = _default_opset(model.opset_imports)
+        work = model.clone()
+        lowering = _Lowering(work, self.target_opset, self.registry)
+        if not lowering.scopes():
+            logger.debug(
+                "model '%s' is already at or below opset %d", model.graph.name, self.target_opset
+            )
+            return ir.passes.PassResult(model, modified=False)
+        lowering.run()
+        if lowering.refusals:
+            raise DowngradeError(
+                lowering.refusals,
+                source_opset=source,
+                target_opset=self.target_opset,
+                model_name=model.graph.name,
+            )
+        # Success: swap the lowered clone's contents into the caller's model.
+        model.graph = work.graph
+        model.functions.clear()
+        model.functions.update(work.functions)
+        _relabel(model, self.target_opset)
+        logger.info(
+            "Lowered model '%s' from opset %s to %d%s (%d nodes rewritten). "
+            "Track when this workaround can go: %s",
+            model.graph.name,
+            source,
+            self.target_opset,
+            f" for EP {self.ep}" if self.ep else "",
+            lowering.rewritten,
+            ORT_TRACKING_ISSUE,
+        )
+        return ir.passes.PassResult(model, modified=True)
+
+
+def _load_adapters() -> None:
+    # Importing the package registers every hand-written adapter.
+    from onnxscript_ep_passes.lowering import adapters  # noqa: F401
+
+
+@overload
+def lower_opset(model: ir.Model, target_opset: int, *, ep: str | None = None) -> ir.Model: ...
+@overload
+def lower_opset(
+    model: onnx.ModelProto, target_opset: int, *, ep: str | None = None
+) -> onnx.ModelProto: ...
+def lower_opset(model: _ModelT, target_opset: int, *, ep: str | None = None) -> _ModelT:
+    """Lower ``model`` to ``target_opset``: an IR model in place, a proto into a new proto."""
+    if isinstance(model, onnx.ModelProto):
+        ir_model = ir.serde.deserialize_model(model)
+        LowerOpsetPass(target_opset, ep=ep)(ir_model)
+        return ir.serde.serialize_model(ir_model)
+    LowerOpsetPass(target_opset, ep=ep)(model)
+    return model

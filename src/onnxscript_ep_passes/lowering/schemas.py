@@ -1,0 +1,187 @@
+"""What ONNX's own schemas say changed at each opset step (read from ``onnx.defs``).
+
+A *step* ``(op, v)`` is the change from the schema in force just below ``v`` (its
+since_version is ``previous``) to the schema with since_version ``v``. Steps are
+classified mechanically:
+
+* ``"new"``: the operator did not exist before ``v``.
+* ``"type_only"``: inputs, outputs and attributes are identical and the type
+  constraints only grew (or only shrank). Such a step is undone when the node's actual
+  types are all allowed by the older schema (always, when types were only removed).
+* ``"other"``: anything else (an attribute or input added, semantics changed with the
+  same signature, types removed). These need a hand-written adapter.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DEFAULT_DOMAINS",
+    "StepDiff",
+    "get_schema",
+    "is_default_domain",
+    "schema_steps",
+    "since_version",
+    "step_diff",
+    "type_string",
+]
+
+import dataclasses
+import functools
+from collections.abc import Iterator
+
+import onnx
+import onnx.defs
+import onnx_ir as ir
+
+DEFAULT_DOMAINS = frozenset({"", "ai.onnx"})
+
+
+def is_default_domain(domain: str) -> bool:
+    return domain in DEFAULT_DOMAINS
+
+
+@functools.cache
+def get_schema(op_type: str, opset: int, domain: str = "") -> onnx.defs.OpSchema | None:
+    """The schema of ``op_type`` in force at ``opset``, or None if there is none."""
+    try:
+        return onnx.defs.get_schema(op_type, opset, "" if is_default_domain(domain) else domain)
+    except onnx.defs.SchemaError:
+        return None
+
+
+@functools.cache
+def since_version(op_type: str, opset: int, domain: str = "") -> int | None:
+    """The since_version of the schema of ``op_type`` in force at ``opset``."""
+    schema = get_schema(op_type, opset, domain)
+    return None if schema is None else schema.since_version
+
+
+@dataclasses.dataclass(frozen=True)
+class StepDiff:
+    """How schema ``op_type``-``version`` differs from the one before it."""
+
+    op_type: str
+    version: int
+    previous: int | None
+    kind: str  # "new" | "type_only" | "other"
+    # For each type parameter (of both schemas) whose allowed set grew: the types the
+    # older schema allows, and the types the step added.
+    old_allowed: dict[str, frozenset[str]]
+    added_types: dict[str, frozenset[str]]
+    details: tuple[str, ...]
+
+    @property
+    def summary(self) -> str:
+        if self.kind == "type_only" and not self.added_types:
+            return "; ".join(self.details)
+        if self.kind == "type_only":
+            added = "; ".join(
+                f"{param} +{', '.join(sorted(types))}"
+                for param, types in sorted(self.added_types.items())
+            )
+            return f"types added: {added}"
+        return "; ".join(self.details)
+
+
+def _signature(schema: onnx.defs.OpSchema) -> tuple[object, ...]:
+    def formal(p: onnx.defs.OpSchema.FormalParameter) -> tuple[object, ...]:
+        return (p.name, p.type_str, p.option, p.is_homogeneous, p.min_arity)
+
+    attrs = {
+        name: (a.type, a.required, a.default_value.SerializeToString())
+        for name, a in schema.attributes.items()
+    }
+    return (
+        tuple(formal(p) for p in schema.inputs),
+        tuple(formal(p) for p in schema.outputs),
+        tuple(sorted(attrs.items())),
+        schema.min_input,
+        schema.max_input,
+        schema.min_output,
+        schema.max_output,
+    )
+
+
+def _constraints(schema: onnx.defs.OpSchema) -> dict[str, frozenset[str]]:
+    return {t.type_param_str: frozenset(t.allowed_type_strs) for t in schema.type_constraints}
+
+
+def _describe(old: onnx.defs.OpSchema, new: onnx.defs.OpSchema) -> tuple[str, ...]:
+    details: list[str] = []
+    old_in = [p.name for p in old.inputs]
+    new_in = [p.name for p in new.inputs]
+    if old_in != new_in:
+        details.append(f"inputs {old_in} -> {new_in}")
+    added_attrs = sorted(set(new.attributes) - set(old.attributes))
+    removed_attrs = sorted(set(old.attributes) - set(new.attributes))
+    if added_attrs:
+        details.append(f"attributes added: {', '.join(added_attrs)}")
+    if removed_attrs:
+        details.append(f"attributes removed: {', '.join(removed_attrs)}")
+    oc, nc = _constraints(old), _constraints(new)
+    for param in sorted(set(oc) | set(nc)):
+        plus = nc.get(param, frozenset()) - oc.get(param, frozenset())
+        minus = oc.get(param, frozenset()) - nc.get(param, frozenset())
+        if plus:
+            details.append(f"{param} types added: {', '.join(sorted(plus))}")
+        if minus:
+            details.append(f"{param} types removed: {', '.join(sorted(minus))}")
+    if not details:
+        details.append("same signature, different semantics or function body")
+    return tuple(details)
+
+
+@functools.cache
+def step_diff(op_type: str, version: int, domain: str = "") -> StepDiff:
+    """Classify the change that schema ``op_type``-``version`` made (see module docstring)."""
+    new = get_schema(op_type, version, domain)
+    if new is None or new.since_version != version:
+        raise ValueError(f"{op_type}-{version} is not a schema version in domain '{domain}'")
+    previous = since_version(op_type, version - 1, domain) if version > 1 else None
+    if previous is None:
+        return StepDiff(op_type, version, None, "new", {}, {}, ("operator introduced",))
+    old = get_schema(op_type, previous, domain)
+    assert old is not None
+    details = _describe(old, new)
+    oc, nc = _constraints(old), _constraints(new)
+    old_sig, new_sig = _signature(old), _signature(new)
+    same_params = set(oc) == set(nc)
+    widened_only = same_params and all(oc[p] <= nc[p] for p in oc)
+    narrowed_only = same_params and all(nc[p] <= oc[p] for p in oc)
+    added = {p: nc[p] - oc[p] for p in nc if p in oc and nc[p] - oc[p]}
+    old_allowed = {p: oc[p] for p in added}
+    if old_sig == new_sig and (widened_only or narrowed_only) and oc != nc:
+        # Narrowing (types removed) needs no check: the older schema allows more.
+        return StepDiff(op_type, version, previous, "type_only", old_allowed, added, details)
+    return StepDiff(op_type, version, previous, "other", old_allowed, added, details)
+
+
+def schema_steps(low: int, high: int, domain: str = "") -> Iterator[StepDiff]:
+    """Every schema change with ``low < since_version <= high`` in ``domain``."""
+    seen: set[tuple[str, int]] = set()
+    for schema in onnx.defs.get_all_schemas_with_history():
+        if (schema.domain or "") != ("" if is_default_domain(domain) else domain):
+            continue
+        key = (schema.name, schema.since_version)
+        if low < schema.since_version <= high and key not in seen:
+            seen.add(key)
+            yield step_diff(schema.name, schema.since_version, domain)
+
+
+def type_string(type_: ir.TypeProtocol | None) -> str | None:
+    """The ONNX type string ('tensor(float)', 'seq(tensor(int64))', ...) of an IR type."""
+    if type_ is None:
+        return None
+    if isinstance(type_, ir.TensorType):
+        if type_.dtype == ir.DataType.UNDEFINED:
+            return None
+        return f"tensor({type_.dtype.name.lower()})"
+    if isinstance(type_, ir.SparseTensorType):
+        return f"sparse_tensor({type_.dtype.name.lower()})"
+    if isinstance(type_, ir.SequenceType):
+        inner = type_string(type_.elem_type)
+        return None if inner is None else f"seq({inner})"
+    if isinstance(type_, ir.OptionalType):
+        inner = type_string(type_.elem_type)
+        return None if inner is None else f"optional({inner})"
+    return None

@@ -1,0 +1,244 @@
+"""Knowing the types of values: declared, inferred for the whole model, or per new node.
+
+Rules:
+
+* A value's declared type (``value.type``) is trusted first.
+* When a rule needs a type that is not declared, ONNX shape inference runs once over a
+  copy of the model whose large initializers are replaced by typed graph inputs, so no
+  weight is serialized; the caller's model is never changed by it.
+* Model-local function bodies carry no types: they are inferred per call site, from the
+  types at the call site's inputs; a value gets a type only when every call site agrees.
+* Nodes built by adapters get their output types from ONNX's per-node inference.
+"""
+
+from __future__ import annotations
+
+__all__ = ["TypeOracle", "infer_node_output_types"]
+
+import logging
+from collections.abc import Iterable
+
+import onnx
+import onnx.shape_inference
+import onnx_ir as ir
+
+from onnxscript_ep_passes.lowering import schemas
+
+logger = logging.getLogger(__name__)
+
+_SMALL_CONSTANT = 1024  # elements; constants this small feed inference's data propagation
+
+
+def _known(type_: ir.TypeProtocol | None) -> bool:
+    return schemas.type_string(type_) is not None
+
+
+def _const_proto(value: ir.Value) -> onnx.TensorProto | None:
+    tensor = value.const_value
+    if tensor is None or tensor.size > _SMALL_CONSTANT:
+        return None
+    try:
+        return ir.serde.serialize_tensor(tensor)
+    except Exception:  # pragma: no cover - exotic tensor kinds
+        return None
+
+
+def _type_proto(value: ir.Value) -> onnx.TypeProto | None:
+    if value.type is None:
+        return None
+    proto = onnx.TypeProto()
+    ir.serde.serialize_type_into(proto, value.type)
+    if value.shape is not None and proto.HasField("tensor_type"):
+        ir.serde.serialize_shape_into(proto, value.shape)
+    return proto
+
+
+def infer_node_output_types(node: ir.Node, opset: int) -> None:
+    """Fill in the type and shape of ``node``'s outputs that have none, when inferable."""
+    if all(_known(out.type) for out in node.outputs):
+        return
+    schema = schemas.get_schema(node.op_type, opset, node.domain)
+    if schema is None:
+        return
+    node_proto = ir.serde.serialize_node(node)
+    input_types: dict[str, onnx.TypeProto] = {}
+    input_data: dict[str, onnx.TensorProto] = {}
+    for value, name in zip(node.inputs, node_proto.input):
+        if value is None or not name:
+            continue
+        type_proto = _type_proto(value)
+        if type_proto is not None:
+            input_types[name] = type_proto
+        data = _const_proto(value)
+        if data is not None:
+            input_data[name] = data
+    try:
+        inferred = onnx.shape_inference.infer_node_outputs(
+            schema,
+            node_proto,
+            input_types,
+            input_data,
+            opset_imports=[onnx.helper.make_opsetid("", opset)],
+        )
+    except Exception as error:  # inference is best effort: an unknown type is refused later
+        logger.debug("no type inference for %s: %s", node.op_type, error)
+        return
+    for value, name in zip(node.outputs, node_proto.output):
+        proto = inferred.get(name)
+        if proto is None or _known(value.type):
+            continue
+        value.type = ir.serde.deserialize_type_proto_for_type(proto)
+        if value.shape is None:
+            value.shape = ir.serde.deserialize_type_proto_for_shape(proto)
+
+
+class TypeOracle:
+    """Answers "what is the type of this value?" for a model, inferring when needed."""
+
+    def __init__(self, model: ir.Model) -> None:
+        self._model = model
+        self._graph_types: dict[str, ir.TypeProtocol] | None = None
+        self._function_types: dict[ir.OperatorIdentifier, dict[str, ir.TypeProtocol | None]] = {}
+        self._graph_owner: dict[int, ir.Function] | None = None
+
+    def type_of(self, value: ir.Value) -> ir.TypeProtocol | None:
+        if _known(value.type):
+            return value.type
+        producer = value.producer()
+        graph = producer.graph if producer is not None else value.graph
+        function = self._owning_function(graph)
+        if function is not None:
+            types = self._types_in_function(function)
+            return types.get(value.name or "")
+        if self._graph_types is None:
+            self._graph_types = self._infer_model()
+        return self._graph_types.get(value.name or "")
+
+    def _owning_function(self, graph: ir.Graph | None) -> ir.Function | None:
+        if graph is None:
+            return None
+        if self._graph_owner is None:
+            self._graph_owner = {}
+            for function in self._model.functions.values():
+                self._graph_owner[id(function.graph)] = function
+                for node in ir.traversal.RecursiveGraphIterator(function):
+                    if node.graph is not None:
+                        self._graph_owner[id(node.graph)] = function
+        return self._graph_owner.get(id(graph))
+
+    def _infer_model(self) -> dict[str, ir.TypeProtocol]:
+        """Shape inference over a weight-free copy of the model."""
+        copy = self._model.clone()
+        graph = copy.graph
+        input_names = {v.name for v in graph.inputs}
+        for name, value in list(graph.initializers.items()):
+            tensor = value.const_value
+            if tensor is not None and tensor.size <= _SMALL_CONSTANT:
+                continue
+            graph.initializers.pop(name)
+            value.const_value = None
+            if name not in input_names:
+                graph.inputs.append(value)
+        copy.functions.clear()
+        proto = ir.serde.serialize_model(copy)
+        try:
+            inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+        except Exception as error:
+            logger.warning("ONNX shape inference failed: %s", error)
+            return {}
+        types: dict[str, ir.TypeProtocol] = {}
+        for info in _all_value_infos(inferred.graph):
+            if info.type.WhichOneof("value") is None:
+                continue
+            type_ = ir.serde.deserialize_type_proto_for_type(info.type)
+            if type_ is not None and _known(type_):
+                types[info.name] = type_
+        return types
+
+    def _types_in_function(self, function: ir.Function) -> dict[str, ir.TypeProtocol | None]:
+        key = function.identifier()
+        if key in self._function_types:
+            return self._function_types[key]
+        self._function_types[key] = {}  # guards recursion
+        merged: dict[str, ir.TypeProtocol | None] = {}
+        for call in self._call_sites(key):
+            types = self._infer_call(function, call)
+            for name, type_ in types.items():
+                if name in merged and merged[name] != type_:
+                    merged[name] = None  # call sites disagree: unknown
+                else:
+                    merged.setdefault(name, type_)
+        self._function_types[key] = merged
+        return merged
+
+    def _call_sites(self, key: ir.OperatorIdentifier) -> Iterable[ir.Node]:
+        graphs: list[ir.Graph | ir.Function] = [self._model.graph]
+        graphs.extend(self._model.functions.values())
+        for graph in graphs:
+            for node in ir.traversal.RecursiveGraphIterator(graph):
+                if node.op_identifier() == key:
+                    yield node
+
+    def _infer_call(self, function: ir.Function, call: ir.Node) -> dict[str, ir.TypeProtocol]:
+        types: dict[str, ir.TypeProtocol] = {}
+        inputs: list[onnx.ValueInfoProto] = []
+        for formal, actual in zip(function.inputs, call.inputs):
+            type_ = None if actual is None else self.type_of(actual)
+            if type_ is None:
+                continue
+            info = onnx.ValueInfoProto(name=formal.name)
+            ir.serde.serialize_type_into(info.type, type_)
+            inputs.append(info)
+        try:
+            function_proto = ir.serde.serialize_function(function)
+            graph = onnx.helper.make_graph(
+                list(function_proto.node),
+                "call",
+                inputs,
+                [onnx.ValueInfoProto(name=name) for name in function_proto.output],
+            )
+            attrs = {a.name: a for a in ir.serde.serialize_node(call).attribute}
+            _bind_attribute_refs(graph, attrs)
+            model = onnx.helper.make_model(graph, opset_imports=list(function_proto.opset_import))
+            inferred = onnx.shape_inference.infer_shapes(model)
+        except Exception as error:
+            logger.debug("no inference for function %s: %s", function.name, error)
+            return types
+        for info in _all_value_infos(inferred.graph):
+            if info.type.WhichOneof("value") is None:
+                continue
+            type_ = ir.serde.deserialize_type_proto_for_type(info.type)
+            if type_ is not None and _known(type_):
+                types[info.name] = type_
+        return types
+
+
+def _bind_attribute_refs(graph: onnx.GraphProto, attrs: dict[str, onnx.AttributeProto]) -> None:
+    for node in graph.node:
+        kept = []
+        for attr in node.attribute:
+            if attr.ref_attr_name:
+                actual = attrs.get(attr.ref_attr_name)
+                if actual is None:
+                    continue
+                bound = onnx.AttributeProto()
+                bound.CopyFrom(actual)
+                bound.name = attr.name
+                kept.append(bound)
+            else:
+                kept.append(attr)
+        del node.attribute[:]
+        node.attribute.extend(kept)
+
+
+def _all_value_infos(graph: onnx.GraphProto) -> Iterable[onnx.ValueInfoProto]:
+    yield from graph.input
+    yield from graph.output
+    yield from graph.value_info
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _all_value_infos(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    yield from _all_value_infos(sub)

@@ -1,0 +1,183 @@
+"""Shared test helpers: build one-op models, lower them, prove the result by running it.
+
+Every adapter test goes through :func:`assert_lowers_exactly` (lower, check with
+``onnx.checker`` full_check at the target opset, run original and lowered on the same
+inputs, compare) or :func:`assert_refuses` (DowngradeError naming the node, model left
+byte-identical).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AdapterCase",
+    "assert_lowers_exactly",
+    "assert_refuses",
+    "make_model",
+    "random_feeds",
+    "run_model",
+]
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import onnx
+import onnx.helper
+import onnx.reference
+import onnxruntime as ort
+
+from onnxscript_ep_passes import DowngradeError, lower_opset
+from onnxscript_ep_passes.lowering.lower_opset import max_ir_version_for_opset
+
+Feeds = dict[str, np.ndarray]
+
+
+@dataclasses.dataclass
+class AdapterCase:
+    """One test of one registry entry: a model at ``version`` lowered to ``target``.
+
+    ``refuse`` is a regular expression the DowngradeError message must match; when it
+    is None the case must lower exactly.
+    """
+
+    op_type: str
+    version: int
+    name: str
+    build: Callable[[], onnx.ModelProto]
+    feeds: Callable[[np.random.Generator], Feeds] | None = None
+    target: int | None = None
+    refuse: str | None = None
+    rtol: float = 1e-6
+    atol: float = 1e-6
+
+    @property
+    def id(self) -> str:
+        return f"{self.op_type}-{self.version}-{self.name}"
+
+    def run(self) -> None:
+        model = self.build()
+        target = self.target if self.target is not None else self.version - 1
+        if self.refuse is not None:
+            assert_refuses(model, target, self.refuse)
+            return
+        rng = np.random.default_rng(0)
+        feeds = self.feeds(rng) if self.feeds is not None else random_feeds(model, rng)
+        assert_lowers_exactly(model, target, feeds, rtol=self.rtol, atol=self.atol)
+
+
+def make_model(
+    nodes: Sequence[onnx.NodeProto],
+    inputs: Sequence[onnx.ValueInfoProto],
+    outputs: Sequence[onnx.ValueInfoProto],
+    opset: int,
+    *,
+    initializers: Sequence[onnx.TensorProto] = (),
+    functions: Sequence[onnx.FunctionProto] = (),
+    extra_opsets: Mapping[str, int] | None = None,
+    name: str = "test_graph",
+) -> onnx.ModelProto:
+    """A model at ``opset`` with the newest IR version that opset allows."""
+    graph = onnx.helper.make_graph(
+        list(nodes), name, list(inputs), list(outputs), list(initializers)
+    )
+    opsets = [onnx.helper.make_opsetid("", opset)]
+    opsets += [onnx.helper.make_opsetid(d, v) for d, v in (extra_opsets or {}).items()]
+    model = onnx.helper.make_model(graph, opset_imports=opsets, functions=list(functions))
+    model.ir_version = max_ir_version_for_opset(opset)
+    return model
+
+
+def random_feeds(model: onnx.ModelProto, rng: np.random.Generator) -> Feeds:
+    """Random inputs for every graph input with a fully known tensor type and shape."""
+    feeds: Feeds = {}
+    initializer_names = {i.name for i in model.graph.initializer}
+    for value in model.graph.input:
+        if value.name in initializer_names:
+            continue
+        tensor_type = value.type.tensor_type
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
+        shape = [d.dim_value if d.HasField("dim_value") else 2 for d in tensor_type.shape.dim]
+        if np.issubdtype(dtype, np.bool_):
+            feeds[value.name] = rng.random(shape) > 0.5
+        elif np.issubdtype(dtype, np.integer):
+            feeds[value.name] = rng.integers(-5, 6, size=shape).astype(dtype)
+        else:
+            feeds[value.name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
+
+
+def run_model(model: onnx.ModelProto, feeds: Feeds) -> tuple[list[np.ndarray], str]:
+    """Outputs of ``model`` from ORT's CPU EP, or from onnx.reference when ORT cannot run it."""
+    try:
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        session = ort.InferenceSession(
+            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
+    except Exception as error:  # ORT lacks a kernel for this op/version: use the reference
+        reason = str(error).splitlines()[0][:200]
+        evaluator = onnx.reference.ReferenceEvaluator(model)
+        results = evaluator.run(None, feeds)
+        return [np.asarray(r) for r in results], f"onnx.reference ({reason})"
+    names = [o.name for o in session.get_outputs()]
+    results = session.run(names, feeds)
+    return [np.asarray(r) if not isinstance(r, list) else r for r in results], "onnxruntime"
+
+
+def _assert_same(expected: object, actual: object, rtol: float, atol: float, what: str) -> None:
+    if isinstance(expected, list):
+        assert isinstance(actual, list) and len(actual) == len(expected), what
+        for i, (e, a) in enumerate(zip(expected, actual)):
+            _assert_same(e, a, rtol, atol, f"{what}[{i}]")
+        return
+    e = np.asarray(expected)
+    a = np.asarray(actual)
+    assert e.shape == a.shape, f"{what}: shape {a.shape} != {e.shape}"
+    assert e.dtype == a.dtype, f"{what}: dtype {a.dtype} != {e.dtype}"
+    if e.dtype.kind in "biuUSO" or e.dtype == np.bool_:
+        np.testing.assert_array_equal(a, e, err_msg=what)
+    else:
+        np.testing.assert_allclose(
+            a.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol, err_msg=what
+        )
+
+
+def assert_lowers_exactly(
+    model: onnx.ModelProto,
+    target: int,
+    feeds: Feeds,
+    *,
+    rtol: float = 1e-6,
+    atol: float = 1e-6,
+) -> onnx.ModelProto:
+    """Lower ``model`` to ``target``; check it; compare outputs on ``feeds``."""
+    onnx.checker.check_model(model, full_check=True)
+    before = model.SerializeToString()
+    lowered = lower_opset(model, target)
+    assert model.SerializeToString() == before, "lower_opset changed the caller's proto"
+    default = [o.version for o in lowered.opset_import if o.domain in ("", "ai.onnx")]
+    assert default == [target], f"default opset is {default}, expected {target}"
+    assert lowered.ir_version <= max_ir_version_for_opset(target)
+    onnx.checker.check_model(lowered, full_check=True)
+    expected, how_expected = run_model(model, feeds)
+    actual, how_actual = run_model(lowered, feeds)
+    assert len(expected) == len(actual)
+    for index, (e, a) in enumerate(zip(expected, actual)):
+        _assert_same(e, a, rtol, atol, f"output {index} ({how_expected} vs {how_actual})")
+    return lowered
+
+
+def assert_refuses(model: onnx.ModelProto, target: int, match: str) -> DowngradeError:
+    """Lowering must raise a DowngradeError matching ``match`` and leave the proto as it was."""
+    before = model.SerializeToString()
+    try:
+        lower_opset(model, target)
+    except DowngradeError as error:
+        assert model.SerializeToString() == before, "a refused lowering changed the model"
+        message = str(error)
+        assert re.search(match, message), f"{match!r} not found in:\n{message}"
+        for refusal in error.refusals:
+            assert refusal.op_type in message
+        return error
+    raise AssertionError(f"lowering to {target} did not refuse (expected {match!r})")

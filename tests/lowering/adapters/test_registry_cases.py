@@ -1,0 +1,46 @@
+"""Every hand-written adapter, proven by the cases its step module declares.
+
+Each ``tests/lowering/adapters/cases_opsetNN.py`` module holds ``CASES``: a list of
+:class:`tests.harness.AdapterCase`. This module runs them all (parametrized over the
+registry) and checks that every hand-written adapter has at least one case.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import pytest
+
+import tests.lowering.adapters as case_package
+from onnxscript_ep_passes import DEFAULT_REGISTRY
+from onnxscript_ep_passes.lowering.lower_opset import _load_adapters
+from tests.harness import AdapterCase
+
+
+def _all_cases() -> list[AdapterCase]:
+    cases: list[AdapterCase] = []
+    for info in pkgutil.iter_modules(case_package.__path__):
+        if info.name.startswith("cases_opset"):
+            module = importlib.import_module(f"{case_package.__name__}.{info.name}")
+            cases.extend(module.CASES)
+    return cases
+
+
+CASES = _all_cases()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_adapter_case(case: AdapterCase) -> None:
+    case.run()
+
+
+def test_every_handwritten_adapter_has_a_case() -> None:
+    _load_adapters()
+    covered = {(c.op_type, c.version) for c in CASES}
+    missing = [
+        f"{e.op_type}-{e.version}"
+        for e in DEFAULT_REGISTRY.handwritten()
+        if (e.op_type, e.version) not in covered
+    ]
+    assert not missing, f"hand-written adapters without a test case: {missing}"
