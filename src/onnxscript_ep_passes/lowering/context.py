@@ -8,10 +8,10 @@ types are inferred node by node, so later type rules can check them.
 
 from __future__ import annotations
 
-__all__ = ["AdapterRefused", "DowngradeContext"]
+__all__ = ["DowngradeContext", "NodeRefusedError"]
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import numpy as np
 import onnx
@@ -20,11 +20,8 @@ import onnx_ir as ir
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.types import TypeOracle, infer_node_output_types
 
-if TYPE_CHECKING:
-    pass
 
-
-class AdapterRefused(Exception):
+class NodeRefusedError(Exception):
     """Raised by :meth:`DowngradeContext.refuse`; collected into a DowngradeError."""
 
     def __init__(self, reason: str) -> None:
@@ -50,7 +47,6 @@ class DowngradeContext:
         previous: int | None,
         target_opset: int,
         oracle: TypeOracle,
-        on_new_node: Callable[[ir.Node, int], None],
     ) -> None:
         self.node = node
         self.version = version
@@ -58,14 +54,15 @@ class DowngradeContext:
         self.opset = version - 1
         self.target_opset = target_opset
         self._oracle = oracle
-        self._on_new_node = on_new_node
+        # Nodes built so far, each with the opset it is read at; the pass lowers them next.
+        self.built: list[tuple[ir.Node, int]] = []
         self._count = 0
 
     # -- reading the node -------------------------------------------------------------
 
     def refuse(self, reason: str) -> NoReturn:
         """Give up on this node: no exact equivalent exists below this step."""
-        raise AdapterRefused(reason)
+        raise NodeRefusedError(reason)
 
     def type_of(self, value: ir.Value | None) -> ir.TypeProtocol | None:
         return None if value is None else self._oracle.type_of(value)
@@ -173,7 +170,7 @@ class DowngradeContext:
         graph.insert_before(self.node, node)
         if not node.domain:
             infer_node_output_types(node, opset)
-        self._on_new_node(node, opset)
+        self.built.append((node, opset))
 
     def constant(self, value: np.ndarray | float | int | bool, dtype: Any = None) -> ir.Value:
         """A Constant node holding ``value`` (a numpy array or scalar)."""

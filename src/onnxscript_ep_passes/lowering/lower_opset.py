@@ -37,7 +37,7 @@ import onnx_ir as ir
 
 from onnxscript_ep_passes.errors import DowngradeError, Refusal
 from onnxscript_ep_passes.lowering import schemas
-from onnxscript_ep_passes.lowering.context import AdapterRefused, DowngradeContext
+from onnxscript_ep_passes.lowering.context import DowngradeContext, NodeRefusedError
 from onnxscript_ep_passes.lowering.registry import DEFAULT_REGISTRY, AdapterRegistry
 from onnxscript_ep_passes.lowering.types import TypeOracle
 
@@ -126,10 +126,7 @@ class _Lowering:
                     node, start, version, f"no adapter for this change ({diff.summary})", scope
                 )
                 return
-            built: list[tuple[ir.Node, int]] = []
-            ctx = DowngradeContext(
-                node, version, previous, self.target, self.oracle, lambda n, o: built.append((n, o))
-            )
+            ctx = DowngradeContext(node, version, previous, self.target, self.oracle)
             try:
                 result = entry.adapter(node, ctx)
                 if result is not None:
@@ -138,9 +135,10 @@ class _Lowering:
                     raise AssertionError(
                         f"adapter for new op {node.op_type}-{version} kept the node"
                     )
-            except AdapterRefused as refusal:
+            except NodeRefusedError as refusal:
                 self._refuse(node, start, version, refusal.reason, scope)
                 return
+            built = ctx.built
             if result is not None or built:
                 self.rewritten += 1
                 logger.debug(
