@@ -34,11 +34,12 @@ class Refusal:
 
     def __str__(self) -> str:
         name = f"'{self.node_name}'" if self.node_name else "<unnamed>"
-        where = f" in {self.scope}" if self.scope else ""
-        return (
-            f"node {name} ({self.op_type}-{self.since_version}{where}): "
-            f"cannot step down from {self.op_type}-{self.step}: {self.reason}"
-        )
+        where = f", in {self.scope}" if self.scope else ""
+        op = f"{self.domain}::{self.op_type}" if self.domain else self.op_type
+        step = ""
+        if self.step != self.since_version:
+            step = f"at step {self.op_type}-{self.step}: "
+        return f"node {name} ({op}-{self.since_version}{where}): {step}{self.reason}"
 
 
 class DowngradeError(ValueError):

@@ -169,7 +169,7 @@ class DowngradeContext:
         assert graph is not None, "the node being lowered is not in a graph"
         graph.insert_before(self.node, node)
         if not node.domain:
-            infer_node_output_types(node, opset)
+            infer_node_output_types(node, opset, self._oracle.type_of)
         self.built.append((node, opset))
 
     def constant(self, value: np.ndarray | float | int | bool, dtype: Any = None) -> ir.Value:

@@ -16,7 +16,7 @@ from __future__ import annotations
 __all__ = ["TypeOracle", "infer_node_output_types"]
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import onnx
 import onnx.shape_inference
@@ -43,18 +43,28 @@ def _const_proto(value: ir.Value) -> onnx.TensorProto | None:
         return None
 
 
-def _type_proto(value: ir.Value) -> onnx.TypeProto | None:
-    if value.type is None:
+def _type_proto(
+    value: ir.Value, type_of: Callable[[ir.Value], ir.TypeProtocol | None]
+) -> onnx.TypeProto | None:
+    type_ = value.type if _known(value.type) else type_of(value)
+    if type_ is None:
         return None
     proto = onnx.TypeProto()
-    ir.serde.serialize_type_into(proto, value.type)
+    ir.serde.serialize_type_into(proto, type_)
     if value.shape is not None and proto.HasField("tensor_type"):
         ir.serde.serialize_shape_into(proto, value.shape)
     return proto
 
 
-def infer_node_output_types(node: ir.Node, opset: int) -> None:
-    """Fill in the type and shape of ``node``'s outputs that have none, when inferable."""
+def infer_node_output_types(
+    node: ir.Node,
+    opset: int,
+    type_of: Callable[[ir.Value], ir.TypeProtocol | None] = lambda value: value.type,
+) -> None:
+    """Fill in the type and shape of ``node``'s outputs that have none, when inferable.
+
+    ``type_of`` gives the types of inputs that declare none (e.g. a TypeOracle's).
+    """
     if all(_known(out.type) for out in node.outputs):
         return
     schema = schemas.get_schema(node.op_type, opset, node.domain)
@@ -66,7 +76,7 @@ def infer_node_output_types(node: ir.Node, opset: int) -> None:
     for value, name in zip(node.inputs, node_proto.input):
         if value is None or not name:
             continue
-        type_proto = _type_proto(value)
+        type_proto = _type_proto(value, type_of)
         if type_proto is not None:
             input_types[name] = type_proto
         data = _const_proto(value)

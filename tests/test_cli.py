@@ -1,0 +1,120 @@
+"""The command line, run as users run it (a subprocess), on files with external data."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+from onnx import TensorProto, numpy_helper
+
+from onnxscript_ep_passes.cli import main
+from tests.harness import make_model, run_model
+
+
+def _model_with_weights(opset: int = 24, *, bad: bool = False) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((256, 512)).astype(np.float32), "w")
+    nodes = [
+        oh.make_node("MatMul", ["x", "w"], ["h"], name="matmul"),
+        oh.make_node("Swish", ["h"], ["s"], name="swish"),
+        oh.make_node("Reshape", ["s", "shape"], ["y"], name="reshape"),
+    ]
+    if bad:
+        nodes.append(oh.make_node("Cast", ["y"], ["z"], name="to_e8m0", to=TensorProto.FLOAT8E8M0))
+    outputs = [oh.make_tensor_value_info("y", TensorProto.FLOAT, [4, 256])]
+    if bad:
+        outputs.append(oh.make_tensor_value_info("z", TensorProto.FLOAT8E8M0, [4, 256]))
+    return make_model(
+        nodes,
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 256])],
+        outputs,
+        opset,
+        initializers=[weight, numpy_helper.from_array(np.array([4, 256], np.int64), "shape")],
+    )
+
+
+def _save_external(model: onnx.ModelProto, path: Path) -> None:
+    onnx.save(
+        model, path, save_as_external_data=True, location=path.name + ".data", size_threshold=1024
+    )
+
+
+def _digest(*paths: Path) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "onnxscript_ep_passes", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_lower_with_external_data_round_trip(tmp_path: Path) -> None:
+    src = tmp_path / "in.onnx"
+    _save_external(_model_with_weights(), src)
+    digest = _digest(src, tmp_path / "in.onnx.data")
+    out = tmp_path / "out" / "lowered.onnx"
+    out.parent.mkdir()
+    result = _run("lower", str(src), "-o", str(out), "--target-opset", "23")
+    assert result.returncode == 0, result.stderr
+    assert "from opset 24 to 23" in result.stderr
+    assert (out.parent / "lowered.onnx.data").stat().st_size >= 256 * 512 * 4
+    assert out.stat().st_size < 64 * 1024  # weights are not inlined
+    assert _digest(src, tmp_path / "in.onnx.data") == digest  # the input is untouched
+    lowered = onnx.load(out)
+    assert [o.version for o in lowered.opset_import if o.domain == ""] == [23]
+    onnx.checker.check_model(str(out), full_check=True)
+    x = np.random.default_rng(1).standard_normal((2, 256)).astype(np.float32)
+    expected, _ = run_model(onnx.load(src), {"x": x})
+    actual, _ = run_model(lowered, {"x": x})
+    np.testing.assert_allclose(actual[0], expected[0], rtol=1e-6, atol=1e-6)
+
+
+def test_refusal_exits_nonzero_lists_nodes_and_writes_nothing(tmp_path: Path) -> None:
+    src = tmp_path / "bad.onnx"
+    onnx.save(_model_with_weights(bad=True), src)
+    out = tmp_path / "out.onnx"
+    result = _run("lower", str(src), "-o", str(out), "--target-opset", "23")
+    assert result.returncode == 2
+    assert "node 'to_e8m0' (Cast-24" in result.stderr
+    assert "FLOAT8E8M0" in result.stderr
+    assert not out.exists()
+    assert not (tmp_path / "out.onnx.data").exists()
+
+
+def test_console_entry_point_inline_weights(tmp_path: Path) -> None:
+    src = tmp_path / "in.onnx"
+    onnx.save(_model_with_weights(), src)
+    out = tmp_path / "out.onnx"
+    assert main(["-q", "lower", str(src), "-o", str(out), "--target-opset", "21"]) == 0
+    lowered = onnx.load(out)
+    assert not (tmp_path / "out.onnx.data").exists()
+    assert lowered.ir_version == 10
+    onnx.checker.check_model(lowered, full_check=True)
+
+
+def test_missing_input_is_an_error(tmp_path: Path) -> None:
+    assert (
+        main(
+            [
+                "lower",
+                str(tmp_path / "nope.onnx"),
+                "-o",
+                str(tmp_path / "o.onnx"),
+                "--target-opset",
+                "23",
+            ]
+        )
+        == 1
+    )
