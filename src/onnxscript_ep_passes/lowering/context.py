@@ -92,31 +92,25 @@ class DowngradeContext:
         """Refuse unless every tensor type of the node is allowed by the older schema."""
         if self.previous is None:
             self.refuse(f"{self.node.op_type} does not exist before opset {self.version}")
-        diff = schemas.step_diff(self.node.op_type, self.version, self.node.domain)
-        if not diff.added_types:
-            return
-        schema = schemas.get_schema(self.node.op_type, self.version, self.node.domain)
-        assert schema is not None
+        checks = schemas.type_checks(self.node.op_type, self.version, self.node.domain)
         problems: list[str] = []
-        for formals, actuals, kind in (
-            (schema.inputs, self.node.inputs, "input"),
-            (schema.outputs, self.node.outputs, "output"),
-        ):
-            for index, value in enumerate(actuals):
-                if value is None or not formals:
-                    continue
-                formal = formals[min(index, len(formals) - 1)]
-                allowed = diff.old_allowed.get(formal.type_str)
-                if allowed is None:
+        for check in checks:
+            actuals = self.node.inputs if check.kind == "input" else self.node.outputs
+            stop = len(actuals) if check.variadic else check.index + 1
+            for index in range(check.index, min(stop, len(actuals))):
+                value = actuals[index]
+                if value is None:
                     continue
                 type_str = schemas.type_string(self.type_of(value))
-                label = f"{kind} '{value.name}'" if value.name else f"{kind} {index}"
+                if type_str in check.old_allowed:
+                    continue
+                label = f"{check.kind} '{value.name}'" if value.name else f"{check.kind} {index}"
                 if type_str is None:
                     problems.append(
                         f"the type of {label} is unknown (needed to tell whether "
                         f"{self.node.op_type}-{self.previous} allows it)"
                     )
-                elif type_str not in allowed:
+                else:
                     problems.append(
                         f"{label} is {_pretty(type_str)}, which "
                         f"{self.node.op_type}-{self.previous} does not allow"

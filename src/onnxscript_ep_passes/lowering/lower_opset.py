@@ -13,8 +13,10 @@ Rules the pass follows:
 3. Every node is reached: the main graph, If/Loop/Scan bodies at any depth, and
    model-local functions (lowered from their own opset import). Functions are kept.
 4. All refusals are collected; if there is any, :class:`DowngradeError` lists them all
-   and the caller's model is left exactly as it was (the work is done on a clone that
-   shares the weights, and swapped in only on success).
+   and the caller's model is left exactly as it was: every change is journaled and
+   undone (adapters change only their node's attributes and inputs, and build new nodes
+   through the context), and replaced nodes leave the graph only on success. No copy of
+   the model is made, so multi-GB models cost no extra memory.
 5. Only after every node succeeded are the default-domain opset imports of the model and
    of each function rewritten, ``ir_version`` lowered to the highest IR version the
    target opset allows (``onnx.helper.VERSION_TABLE``) when it is higher, and stale
@@ -29,7 +31,7 @@ __all__ = ["ORT_TRACKING_ISSUE", "LowerOpsetPass", "lower_opset", "max_ir_versio
 import dataclasses
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeVar, overload
 
 import onnx
@@ -79,8 +81,47 @@ class _Scope:
     label: str
 
 
+class _Journal:
+    """Undo actions for every change made to the model, replayed in reverse on refusal."""
+
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+
+    def record(self, undo: Callable[[], None]) -> None:
+        self._undo.append(undo)
+
+    def snapshot_node(self, node: ir.Node) -> None:
+        attributes = dict(node.attributes)
+        inputs = tuple(node.inputs)
+
+        def restore() -> None:
+            node.attributes.clear()
+            node.attributes.update(attributes)
+            node.resize_inputs(len(inputs))
+            for index, value in enumerate(inputs):
+                node.replace_input_with(index, value)
+
+        self.record(restore)
+
+    def built(self, nodes: Sequence[ir.Node]) -> None:
+        def remove() -> None:
+            for node in reversed(nodes):
+                if node.graph is not None:
+                    node.graph.remove(node, safe=False)
+
+        self.record(remove)
+
+    def rollback(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+
 class _Lowering:
-    """One run of the lowering over a model (the clone being worked on)."""
+    """One run of the lowering over a model, changing it in place with an undo journal.
+
+    Replaced nodes stay in their graph, unused, until :meth:`commit`; :meth:`rollback`
+    restores the model exactly as it was.
+    """
 
     def __init__(self, model: ir.Model, target: int, registry: AdapterRegistry) -> None:
         self.model = model
@@ -89,6 +130,8 @@ class _Lowering:
         self.oracle = TypeOracle(model)
         self.refusals: list[Refusal] = []
         self.rewritten = 0
+        self.journal = _Journal()
+        self._dead: list[ir.Node] = []
 
     def scopes(self) -> list[_Scope]:
         scopes = []
@@ -109,12 +152,21 @@ class _Lowering:
                     opset = node.version if node.version is not None else scope.opset
                     self.lower_node(node, opset, scope.label)
 
+    def commit(self) -> None:
+        for node in self._dead:
+            assert node.graph is not None
+            node.graph.remove(node, safe=True)
+        self._dead.clear()
+
+    def rollback(self) -> None:
+        self.journal.rollback()
+        self._dead.clear()
+
     def lower_node(self, node: ir.Node, opset: int, scope: str) -> None:
         start = schemas.since_version(node.op_type, opset, node.domain)
         if start is None:
-            self._refuse(
-                node, opset, opset, f"no ONNX schema for {node.op_type} at opset {opset}", scope
-            )
+            reason = f"no ONNX schema for {node.op_type} at opset {opset}"
+            self._refuse(node, opset, opset, reason, scope)
             return
         version = start
         while version > self.target:
@@ -122,23 +174,24 @@ class _Lowering:
             previous = schemas.since_version(node.op_type, version - 1, node.domain)
             if entry is None:
                 diff = schemas.step_diff(node.op_type, version, node.domain)
-                self._refuse(
-                    node, start, version, f"no adapter for this change ({diff.summary})", scope
-                )
+                reason = f"no adapter for this change ({diff.summary})"
+                self._refuse(node, start, version, reason, scope)
                 return
             ctx = DowngradeContext(node, version, previous, self.target, self.oracle)
+            if not entry.derived:
+                self.journal.snapshot_node(node)
             try:
                 result = entry.adapter(node, ctx)
                 if result is not None:
                     self._replace(node, result, ctx)
                 elif previous is None:
-                    raise AssertionError(
-                        f"adapter for new op {node.op_type}-{version} kept the node"
-                    )
+                    raise AssertionError(f"adapter for new op {node.op_type}-{version} kept it")
             except NodeRefusedError as refusal:
+                self.journal.built([n for n, _ in ctx.built])
                 self._refuse(node, start, version, refusal.reason, scope)
                 return
             built = ctx.built
+            self.journal.built([n for n, _ in built])
             if result is not None or built:
                 self.rewritten += 1
                 logger.debug(
@@ -161,10 +214,10 @@ class _Lowering:
     def _replace(
         self, node: ir.Node, values: Sequence[ir.Value | None], ctx: DowngradeContext
     ) -> None:
+        """Point every use of the node's outputs at ``values``; the node is removed on commit."""
         graph = node.graph
         assert graph is not None
-        outputs = list(node.outputs)
-        for index, old in enumerate(outputs):
+        for index, old in enumerate(node.outputs):
             new = values[index] if index < len(values) else None
             if new is None:
                 if old.uses() or old.is_graph_output():
@@ -172,30 +225,37 @@ class _Lowering:
                         f"adapter for {node.op_type} gave no value for used output {index}"
                     )
                 continue
-            if old.is_graph_output() and (
-                new.is_graph_input()
-                or new.is_initializer()
-                or new.is_graph_output()
-                or new.producer() is None
-                or new.producer().graph is not graph  # type: ignore[union-attr]
-            ):
-                new = ctx.op("Identity", [new])
-            if new.type is None and old.type is not None:
-                new.type = old.type
-            if new.shape is None and old.shape is not None:
-                new.shape = old.shape
-            ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
+            built = {id(n) for n, _ in ctx.built}
             producer = new.producer()
-            if (
-                producer is not None
-                and producer is not node
-                and old.name
-                and not new.is_graph_input()
-            ):
-                name = old.name
-                old.name = None
-                new.name = name
-        graph.remove(node, safe=True)
+            if old.is_graph_output() and (producer is None or id(producer) not in built):
+                new = ctx.op("Identity", [new])  # a graph output needs a node of its own
+                producer = new.producer()
+            self._rewire(old, new, graph, rename=producer is not None and id(producer) in built)
+        self._dead.append(node)
+
+    def _rewire(self, old: ir.Value, new: ir.Value, graph: ir.Graph, *, rename: bool) -> None:
+        uses = list(old.uses())
+        positions = [i for i, out in enumerate(graph.outputs) if out is old]
+        old_name, new_name = old.name, new.name
+        new_type, new_shape = new.type, new.shape
+        if new.type is None:
+            new.type = old.type
+        if new.shape is None:
+            new.shape = old.shape
+        ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
+        if rename and old_name:
+            old.name = None
+            new.name = old_name
+
+        def undo() -> None:
+            new.name, new.type, new.shape = new_name, new_type, new_shape
+            old.name = old_name
+            for user, index in uses:
+                user.replace_input_with(index, old)
+            for position in positions:
+                graph.outputs[position] = old
+
+        self.journal.record(undo)
 
     def _refuse(self, node: ir.Node, since: int, step: int, reason: str, scope: str) -> None:
         self.refusals.append(
@@ -255,25 +315,26 @@ class LowerOpsetPass(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         _load_adapters()
         source = _default_opset(model.opset_imports)
-        work = model.clone()
-        lowering = _Lowering(work, self.target_opset, self.registry)
+        lowering = _Lowering(model, self.target_opset, self.registry)
         if not lowering.scopes():
             logger.debug(
-                "model '%s' is already at or below opset %d", model.graph.name, self.target_opset
+                "'%s' is already at or below opset %d", model.graph.name, self.target_opset
             )
             return ir.passes.PassResult(model, modified=False)
-        lowering.run()
+        try:
+            lowering.run()
+        except BaseException:
+            lowering.rollback()
+            raise
         if lowering.refusals:
+            lowering.rollback()
             raise DowngradeError(
                 lowering.refusals,
                 source_opset=source,
                 target_opset=self.target_opset,
                 model_name=model.graph.name,
             )
-        # Success: swap the lowered clone's contents into the caller's model.
-        model.graph = work.graph
-        model.functions.clear()
-        model.functions.update(work.functions)
+        lowering.commit()
         _relabel(model, self.target_opset)
         logger.info(
             "Lowered model '%s' from opset %s to %d%s (%d nodes rewritten). "

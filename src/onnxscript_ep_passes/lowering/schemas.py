@@ -17,11 +17,13 @@ from __future__ import annotations
 __all__ = [
     "DEFAULT_DOMAINS",
     "StepDiff",
+    "TypeCheck",
     "get_schema",
     "is_default_domain",
     "schema_steps",
     "since_version",
     "step_diff",
+    "type_checks",
     "type_string",
 ]
 
@@ -154,6 +156,34 @@ def step_diff(op_type: str, version: int, domain: str = "") -> StepDiff:
         # Narrowing (types removed) needs no check: the older schema allows more.
         return StepDiff(op_type, version, previous, "type_only", old_allowed, added, details)
     return StepDiff(op_type, version, previous, "other", old_allowed, added, details)
+
+
+@dataclasses.dataclass(frozen=True)
+class TypeCheck:
+    """One formal parameter whose allowed types grew at a step."""
+
+    kind: str  # "input" | "output"
+    index: int
+    variadic: bool
+    old_allowed: frozenset[str]
+
+
+@functools.cache
+def type_checks(op_type: str, version: int, domain: str = "") -> tuple[TypeCheck, ...]:
+    """The formal inputs/outputs whose types step ``op_type``-``version`` widened."""
+    diff = step_diff(op_type, version, domain)
+    if not diff.old_allowed:
+        return ()
+    schema = get_schema(op_type, version, domain)
+    assert schema is not None
+    checks: list[TypeCheck] = []
+    for kind, formals in (("input", schema.inputs), ("output", schema.outputs)):
+        for index, formal in enumerate(formals):
+            allowed = diff.old_allowed.get(formal.type_str)
+            if allowed is not None:
+                variadic = formal.option == onnx.defs.OpSchema.FormalParameterOption.Variadic
+                checks.append(TypeCheck(kind, index, variadic, allowed))
+    return tuple(checks)
 
 
 def schema_steps(low: int, high: int, domain: str = "") -> Iterator[StepDiff]:

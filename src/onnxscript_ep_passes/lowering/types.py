@@ -137,33 +137,34 @@ class TypeOracle:
         return self._graph_owner.get(id(graph))
 
     def _infer_model(self) -> dict[str, ir.TypeProtocol]:
-        """Shape inference over a weight-free copy of the model."""
-        copy = self._model.clone()
-        graph = copy.graph
-        input_names = {v.name for v in graph.inputs}
-        for name, value in list(graph.initializers.items()):
-            tensor = value.const_value
-            if tensor is not None and tensor.size <= _SMALL_CONSTANT:
-                continue
-            graph.initializers.pop(name)
-            value.const_value = None
-            if name not in input_names:
-                graph.inputs.append(value)
-        copy.functions.clear()
-        proto = ir.serde.serialize_model(copy)
+        """Shape inference over a weight-free serialization of the model.
+
+        Large initializers become typed graph inputs, so no weight is read or copied; the
+        model itself is not touched.
+        """
+        model, graph = self._model, self._model.graph
+        proto = onnx.ModelProto(ir_version=model.ir_version)
+        for domain, version in model.opset_imports.items():
+            proto.opset_import.append(onnx.helper.make_opsetid(domain, version))
+        graph_proto = proto.graph
+        graph_proto.name = graph.name or "graph"
+        graph_proto.input.extend(ir.serde.serialize_value(v) for v in graph.inputs)
+        input_ids = {id(v) for v in graph.inputs}
+        for value in graph.initializers.values():
+            data = _const_proto(value)
+            if data is not None:
+                graph_proto.initializer.append(data)
+            elif id(value) not in input_ids:
+                graph_proto.input.append(ir.serde.serialize_value(value))
+        graph_proto.node.extend(ir.serde.serialize_node(node) for node in graph)
+        graph_proto.output.extend(ir.serde.serialize_value(v) for v in graph.outputs)
+        proto.functions.extend(ir.serde.serialize_function(f) for f in model.functions.values())
         try:
             inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
         except Exception as error:
             logger.warning("ONNX shape inference failed: %s", error)
             return {}
-        types: dict[str, ir.TypeProtocol] = {}
-        for info in _all_value_infos(inferred.graph):
-            if info.type.WhichOneof("value") is None:
-                continue
-            type_ = ir.serde.deserialize_type_proto_for_type(info.type)
-            if type_ is not None and _known(type_):
-                types[info.name] = type_
-        return types
+        return _types_by_name(inferred.graph)
 
     def _types_in_function(self, function: ir.Function) -> dict[str, ir.TypeProtocol | None]:
         key = function.identifier()
@@ -190,7 +191,6 @@ class TypeOracle:
                     yield node
 
     def _infer_call(self, function: ir.Function, call: ir.Node) -> dict[str, ir.TypeProtocol]:
-        types: dict[str, ir.TypeProtocol] = {}
         inputs: list[onnx.ValueInfoProto] = []
         for formal, actual in zip(function.inputs, call.inputs):
             type_ = None if actual is None else self.type_of(actual)
@@ -213,14 +213,19 @@ class TypeOracle:
             inferred = onnx.shape_inference.infer_shapes(model)
         except Exception as error:
             logger.debug("no inference for function %s: %s", function.name, error)
-            return types
-        for info in _all_value_infos(inferred.graph):
-            if info.type.WhichOneof("value") is None:
-                continue
-            type_ = ir.serde.deserialize_type_proto_for_type(info.type)
-            if type_ is not None and _known(type_):
-                types[info.name] = type_
-        return types
+            return {}
+        return _types_by_name(inferred.graph)
+
+
+def _types_by_name(graph: onnx.GraphProto) -> dict[str, ir.TypeProtocol]:
+    types: dict[str, ir.TypeProtocol] = {}
+    for info in _all_value_infos(graph):
+        if info.type.WhichOneof("value") is None:
+            continue
+        type_ = ir.serde.deserialize_type_proto_for_type(info.type)
+        if type_ is not None and _known(type_):
+            types[info.name] = type_
+    return types
 
 
 def _bind_attribute_refs(graph: onnx.GraphProto, attrs: dict[str, onnx.AttributeProto]) -> None:
