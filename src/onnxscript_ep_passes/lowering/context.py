@@ -99,7 +99,7 @@ class DowngradeContext:
             stop = len(actuals) if check.variadic else check.index + 1
             for index in range(check.index, min(stop, len(actuals))):
                 value = actuals[index]
-                if value is None:
+                if value is None or (check.kind == "output" and _omitted(value)):
                     continue
                 type_str = schemas.type_string(self.type_of(value))
                 if type_str in check.old_allowed:
@@ -186,6 +186,11 @@ class DowngradeContext:
         self._count += 1
         base = self.node.name or self.node.op_type
         return f"{base}/lowered_{op_type}_{self._count}"
+
+
+def _omitted(output: ir.Value) -> bool:
+    """An optional output the node does not produce (empty name, never used)."""
+    return not output.name and not output.uses() and not output.is_graph_output()
 
 
 def _pretty(type_str: str) -> str:
