@@ -1,4 +1,9 @@
-"""Command line: ``onnxscript-ep-passes lower`` (and ``python -m onnxscript_ep_passes``).
+"""Command line: ``onnxscript-ep-passes lower|report`` (or ``python -m onnxscript_ep_passes``).
+
+- ``lower IN -o OUT --target-opset N``: lower exactly to opset N.
+- ``lower IN -o OUT --ep NAME [--ort-version V]``: lower to the opset best for that EP.
+- ``report IN --ep NAME [--ort-version V] [--json]``: per op type, nodes on the EP and on
+  CPU (with reasons) before and after the chosen lowering, and predicted Memcpy counts.
 
 Exit status: 0 on success; 2 when the model cannot be lowered exactly (the offending
 nodes are listed and OUT is not written); 1 for other errors (bad arguments, I/O).
@@ -9,13 +14,18 @@ from __future__ import annotations
 __all__ = ["main"]
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Sequence
 
+import onnx_ir as ir
+
 from onnxscript_ep_passes.errors import DowngradeError
 from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
 from onnxscript_ep_passes.model_io import load_model, save_model
+from onnxscript_ep_passes.passes.lower_for_ep import LowerOpsetForEpPass
+from onnxscript_ep_passes.report import format_report, placement_report
 
 logger = logging.getLogger("onnxscript_ep_passes")
 
@@ -34,12 +44,20 @@ def _build_parser() -> argparse.ArgumentParser:
     lower.add_argument("model", help="input .onnx file (external data is read lazily)")
     lower.add_argument("-o", "--output", required=True, help="output .onnx file")
     lower.add_argument("--target-opset", type=int, help="the ai.onnx opset to lower to")
+    lower.add_argument("--ep", help="pick the opset best for this EP (webgpu, cuda, dml, ...)")
+    lower.add_argument("--ort-version", help="the ORT release the model will run on")
     lower.add_argument(
         "--external-data",
         choices=("auto", "always", "never"),
         default="auto",
         help="save weights to OUT.data: auto = when the input had external data or is large",
     )
+    report = commands.add_parser("report", help="predicted placement on an EP, before/after")
+    report.add_argument("model", help="input .onnx file")
+    report.add_argument("--ep", required=True, help="webgpu, cuda, dml, or an ORT EP name")
+    report.add_argument("--ort-version", help="the ORT release (default: the installed one)")
+    report.add_argument("--target-opset", type=int, help="evaluate this opset, not the best")
+    report.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -49,12 +67,17 @@ def _configure_logging(verbose: int, quiet: bool) -> None:
 
 
 def _lower(args: argparse.Namespace) -> int:
-    if args.target_opset is None:
-        logger.error("lower needs --target-opset")
+    if args.target_opset is None and args.ep is None:
+        logger.error("lower needs --target-opset or --ep")
         return 1
     model = load_model(args.model)
+    lowering: ir.passes.InPlacePass
+    if args.ep is not None:
+        lowering = LowerOpsetForEpPass(args.ep, args.ort_version, args.target_opset)
+    else:
+        lowering = LowerOpsetPass(args.target_opset)
     try:
-        LowerOpsetPass(args.target_opset)(model)
+        lowering(model)
     except DowngradeError as error:
         sys.stderr.write(f"{error}\n")
         return EXIT_REFUSED
@@ -64,12 +87,28 @@ def _lower(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    model = load_model(args.model)
+    try:
+        result = placement_report(
+            model, args.ep, ort_version=args.ort_version, target_opset=args.target_opset
+        )
+    except DowngradeError as error:
+        sys.stderr.write(f"{error}\n")
+        return EXIT_REFUSED
+    sys.stdout.write(json.dumps(result) if args.json else format_report(result))
+    sys.stdout.write("\n")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     _configure_logging(args.verbose, args.quiet)
     try:
         if args.command == "lower":
             return _lower(args)
+        if args.command == "report":
+            return _report(args)
     except (OSError, ValueError) as error:
         logger.error("%s", error)
         return 1

@@ -26,7 +26,14 @@ Rules the pass follows:
 
 from __future__ import annotations
 
-__all__ = ["ORT_TRACKING_ISSUE", "LowerOpsetPass", "lower_opset", "max_ir_version_for_opset"]
+__all__ = [
+    "MIN_TARGET_OPSET",
+    "ORT_TRACKING_ISSUE",
+    "LowerOpsetPass",
+    "default_opset",
+    "lower_opset",
+    "max_ir_version_for_opset",
+]
 
 import dataclasses
 import functools
@@ -61,7 +68,7 @@ def max_ir_version_for_opset(opset: int) -> int:
     return max(versions)
 
 
-def _default_opset(opsets: dict[str, int]) -> int | None:
+def default_opset(opsets: dict[str, int]) -> int | None:
     for domain in schemas.DEFAULT_DOMAINS:
         if domain in opsets:
             return opsets[domain]
@@ -135,11 +142,11 @@ class _Lowering:
 
     def scopes(self) -> list[_Scope]:
         scopes = []
-        main = _default_opset(self.model.opset_imports)
+        main = default_opset(self.model.opset_imports)
         if main is not None and main > self.target:
             scopes.append(_Scope(self.model.graph, main, f"graph '{self.model.graph.name}'"))
         for function in self.model.functions.values():
-            opset = _default_opset(function.opset_imports)
+            opset = default_opset(function.opset_imports)
             if opset is not None and opset > self.target:
                 label = f"function '{function.domain}::{function.name}'"
                 scopes.append(_Scope(function, opset, label))
@@ -275,13 +282,13 @@ class _Lowering:
 def _relabel(model: ir.Model, target: int) -> None:
     graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
     for graph in graphs:
-        opset = _default_opset(graph.opset_imports)
+        opset = default_opset(graph.opset_imports)
         if opset is not None and opset > target:
             _set_default_opset(graph.opset_imports, target)
         for node in ir.traversal.RecursiveGraphIterator(graph):
             if node.version is not None and schemas.is_default_domain(node.domain):
                 node.version = None
-    main = _default_opset(model.opset_imports)
+    main = default_opset(model.opset_imports)
     if main is not None:
         limit = max_ir_version_for_opset(main)
         if model.ir_version > limit:
@@ -291,7 +298,8 @@ def _relabel(model: ir.Model, target: int) -> None:
 class LowerOpsetPass(ir.passes.InPlacePass):
     """Lower the model's ai.onnx opset to ``target_opset``, exactly, or raise.
 
-    See :mod:`onnxscript_ep_passes.lowering.lower_opset` for the rules. Raises
+    See :mod:`onnxscript_ep_passes.lowering.lower_opset` for the rules. ``ep`` only names
+    the EP in the INFO log; ``announce=False`` turns that log into a DEBUG one. Raises
     :class:`~onnxscript_ep_passes.DowngradeError` (listing every offending node) when
     some node has no exact equivalent at the target; the model is then unchanged.
     """
@@ -302,6 +310,7 @@ class LowerOpsetPass(ir.passes.InPlacePass):
         *,
         registry: AdapterRegistry | None = None,
         ep: str | None = None,
+        announce: bool = True,
     ) -> None:
         super().__init__()
         if target_opset < MIN_TARGET_OPSET:
@@ -311,10 +320,11 @@ class LowerOpsetPass(ir.passes.InPlacePass):
         self.target_opset = target_opset
         self.registry = registry or DEFAULT_REGISTRY
         self.ep = ep
+        self.announce = announce
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         _load_adapters()
-        source = _default_opset(model.opset_imports)
+        source = default_opset(model.opset_imports)
         lowering = _Lowering(model, self.target_opset, self.registry)
         if not lowering.scopes():
             logger.debug(
@@ -336,7 +346,8 @@ class LowerOpsetPass(ir.passes.InPlacePass):
             )
         lowering.commit()
         _relabel(model, self.target_opset)
-        logger.info(
+        logger.log(
+            logging.INFO if self.announce else logging.DEBUG,
             "Lowered model '%s' from opset %s to %d%s (%d nodes rewritten). "
             "Track when this workaround can go: %s",
             model.graph.name,

@@ -1,0 +1,92 @@
+"""An onnxscript optimize() pipeline with the EP-aware lowering in the middle.
+
+:func:`optimize_for_ep` runs, in order:
+
+1. onnxscript's optimizer (constant folding, dead-code removal, ...) and its ONNX fusions;
+2. :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass` (the opset best for the EP);
+3. the optimizer and the fusions again, on a copy that shares the weights: fusions that
+   only fire at the lower opset (onnxscript fuses RMSNormalization, RotaryEmbedding and
+   GQA only at opset 23) are recovered. The copy replaces the model only when the
+   predicted placement on the EP is no worse (fallback nodes, then Memcpy nodes), so a
+   fusion into an op the EP cannot run is never kept.
+
+:data:`ep_pass_list` gives the same passes as a list, to append to one's own pipeline.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ep_pass_list", "optimize_for_ep"]
+
+import logging
+
+import onnx_ir as ir
+from onnxscript.optimizer import optimize
+from onnxscript.rewriter import onnx_fusions
+
+from onnxscript_ep_passes.ep.kernel_table import KernelTable, canonical_ep_name, get_table
+from onnxscript_ep_passes.ep.placement import predict_placement
+from onnxscript_ep_passes.passes.lower_for_ep import CPU_EPS, LowerOpsetForEpPass
+
+logger = logging.getLogger(__name__)
+
+
+class _OptimizeAndFuse(ir.passes.InPlacePass):
+    """onnxscript's optimizer followed by its opset-specific ONNX fusions."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        optimize(model)
+        counts = onnx_fusions.fuse(model)
+        fused = {op: n for op, n in counts.items() if n}
+        if fused:
+            logger.info("fused at opset %s: %s", model.opset_imports.get(""), fused)
+        return ir.passes.PassResult(model, modified=True)
+
+
+def ep_pass_list(
+    ep: str, ort_version: str | None = None, target_opset: int | None = None
+) -> list[ir.passes.PassBase]:
+    """Optimize, lower for ``ep``, optimize again: for ``ir.passes.PassManager``.
+
+    Unlike :func:`optimize_for_ep`, the second optimization is always kept.
+    """
+    return [
+        _OptimizeAndFuse(),
+        LowerOpsetForEpPass(ep, ort_version, target_opset),
+        _OptimizeAndFuse(),
+    ]
+
+
+def optimize_for_ep(
+    model: ir.Model,
+    ep: str,
+    *,
+    ort_version: str | None = None,
+    target_opset: int | None = None,
+    table: KernelTable | None = None,
+) -> ir.Model:
+    """Optimize ``model`` for ``ep`` in place (see module docstring) and return it."""
+    _OptimizeAndFuse()(model)
+    canonical = canonical_ep_name(ep)
+    if canonical in CPU_EPS:
+        return model
+    table = table or get_table(canonical, ort_version)
+    lowering = LowerOpsetForEpPass(canonical, ort_version, target_opset, table=table)
+    if not lowering(model).modified:
+        return model
+    candidate = model.clone()
+    _OptimizeAndFuse()(candidate)
+    before, after = predict_placement(model, table), predict_placement(candidate, table)
+    score_before = (len(before.fallback_nodes), before.memcpy)
+    score_after = (len(after.fallback_nodes), after.memcpy)
+    if score_after <= score_before:
+        model.graph = candidate.graph
+        model.functions.clear()
+        model.functions.update(candidate.functions)
+    else:
+        logger.info(
+            "kept the unfused model: fusing would give %s fallback/Memcpy instead of %s on %s",
+            score_after,
+            score_before,
+            canonical,
+        )
+    return model

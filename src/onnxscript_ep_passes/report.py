@@ -1,0 +1,113 @@
+"""What a model looks like on an EP before and after the EP-aware lowering.
+
+:func:`placement_report` returns a plain dict (the ``report --json`` format)::
+
+    {"ep", "ort_version", "table_source", "chosen_opset", "blocked",
+     "before": {"opset", "memcpy", "nodes": [{"name", "op_type", "domain",
+                "since_version", "placement": "ep" | "cpu", "reason"}]},
+     "after": {same keys}}
+
+Node names are as in the model (inlined function nodes as ORT names them). Nodes that ORT
+keeps on CPU on purpose (small shape computations) carry ``"shape_computation": true``
+and are not counted as fallback.
+"""
+
+from __future__ import annotations
+
+__all__ = ["format_report", "placement_report"]
+
+import collections
+from typing import Any
+
+import onnx_ir as ir
+
+from onnxscript_ep_passes.ep.kernel_table import KernelTable, canonical_ep_name, get_table
+from onnxscript_ep_passes.ep.placement import PlacementPrediction
+from onnxscript_ep_passes.passes.lower_for_ep import choose_target_opset
+
+
+def _side(opset: int, prediction: PlacementPrediction) -> dict[str, Any]:
+    return {
+        "opset": opset,
+        "memcpy": prediction.memcpy,
+        "fallback": len(prediction.fallback_nodes),
+        "nodes": [
+            {
+                "name": n.name,
+                "op_type": n.op_type,
+                "domain": n.domain,
+                "since_version": n.since_version,
+                "placement": n.placement,
+                "reason": n.reason,
+                "shape_computation": n.is_shape_computation,
+                "inserted_by_ort": n.inserted_by_ort,
+            }
+            for n in prediction.nodes
+        ],
+    }
+
+
+def placement_report(
+    model: ir.Model,
+    ep: str,
+    *,
+    ort_version: str | None = None,
+    target_opset: int | None = None,
+    table: KernelTable | None = None,
+) -> dict[str, Any]:
+    """Predicted placement before and after lowering for ``ep`` (the model is not changed)."""
+    table = table or get_table(canonical_ep_name(ep), ort_version)
+    choice = choose_target_opset(model, table, target_opset=target_opset)
+    return {
+        "ep": table.ep,
+        "ort_version": table.ort_version,
+        "table_source": table.source,
+        "chosen_opset": choice.chosen_opset,
+        "blocked": None if choice.blocked is None else str(choice.blocked),
+        "candidates": {
+            str(opset): {"fallback": len(p.fallback_nodes), "memcpy": p.memcpy}
+            for opset, p in sorted(choice.predictions.items(), reverse=True)
+        },
+        "before": _side(choice.source_opset, choice.before),
+        "after": _side(choice.chosen_opset, choice.after),
+    }
+
+
+def _op_table(side: dict[str, Any]) -> list[str]:
+    counts: dict[str, collections.Counter[str]] = {}
+    reasons: dict[str, set[str]] = {}
+    for node in side["nodes"]:
+        key = f"{node['domain'] + '::' if node['domain'] else ''}{node['op_type']}"
+        label = "shape" if node["shape_computation"] else node["placement"]
+        counts.setdefault(key, collections.Counter())[label] += 1
+        if node["placement"] == "cpu" and not node["shape_computation"]:
+            reasons.setdefault(key, set()).add(node["reason"])
+    width = max((len(k) for k in counts), default=2)
+    lines = [f"    {'op'.ljust(width)}  {'EP':>5} {'CPU':>5} {'shape':>5}  why on CPU"]
+    for key in sorted(counts):
+        c = counts[key]
+        why = "; ".join(sorted(reasons.get(key, ())))
+        lines.append(f"    {key.ljust(width)}  {c['ep']:>5} {c['cpu']:>5} {c['shape']:>5}  {why}")
+    return lines
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The human-readable form of :func:`placement_report`'s dict."""
+    lines = [
+        f"EP {report['ep']} (ORT {report['ort_version']}, table {report['table_source']})",
+        "candidates (opset: fallback nodes, Memcpy): "
+        + ", ".join(
+            f"{o}: {c['fallback']}, {c['memcpy']}" for o, c in report["candidates"].items()
+        ),
+    ]
+    if report["blocked"]:
+        lines.append("lowest reachable opset is limited by:")
+        lines.extend(f"    {line}" for line in report["blocked"].splitlines()[1:])
+    for title in ("before", "after"):
+        side = report[title]
+        lines.append(
+            f"{title}: opset {side['opset']}, {side['fallback']} fallback nodes, "
+            f"~{side['memcpy']} Memcpy nodes"
+        )
+        lines.extend(_op_table(side))
+    return "\n".join(lines)

@@ -1,0 +1,53 @@
+"""Use with ``torch.onnx.export(..., dynamo=True)``.
+
+The exporter returns an ``ONNXProgram`` whose ``model`` is a mutable ``onnx_ir.Model`` and
+offers no post-processing hook, so the passes run on ``program.model`` in place; the
+program then saves as usual (``program.save(path, external_data=True)``)::
+
+    program = torch.onnx.export(model, args, dynamo=True, opset_version=24)
+    lower_for_ep(program, ep="cuda")
+    program.save("model.onnx", external_data=True)
+"""
+
+from __future__ import annotations
+
+__all__ = ["lower_for_ep", "lower_program_opset"]
+
+from typing import Any, Protocol
+
+import onnx_ir as ir
+
+from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
+from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringChoice, LowerOpsetForEpPass
+
+
+class _HasModel(Protocol):
+    model: ir.Model
+
+
+def _model_of(program: Any) -> ir.Model:
+    model = getattr(program, "model", None)
+    if not isinstance(model, ir.Model):
+        raise TypeError(
+            "expected the ONNXProgram returned by torch.onnx.export(..., dynamo=True), "
+            f"got {type(program).__name__}"
+        )
+    return model
+
+
+def lower_for_ep(
+    program: _HasModel,
+    ep: str,
+    *,
+    ort_version: str | None = None,
+    target_opset: int | None = None,
+) -> EpLoweringChoice | None:
+    """Lower ``program.model`` in place to the opset best for ``ep``; return the choice."""
+    lowering = LowerOpsetForEpPass(ep, ort_version, target_opset)
+    lowering(_model_of(program))
+    return lowering.last_choice
+
+
+def lower_program_opset(program: _HasModel, target_opset: int) -> bool:
+    """Lower ``program.model`` in place to ``target_opset``; True if it changed."""
+    return LowerOpsetPass(target_opset)(_model_of(program)).modified
