@@ -61,7 +61,30 @@ def function_body(ctx: DowngradeContext) -> onnx.FunctionProto:
     function.ParseFromString(body)
     if not function.node:
         ctx.refuse(f"ONNX gives no function body for this {node.op_type} node")
+    _prune_unbuilt_outputs(ctx, function)
     return function
+
+
+def _prune_unbuilt_outputs(ctx: DowngradeContext, function: onnx.FunctionProto) -> None:
+    """Blank the outputs a context-dependent body declares but does not build.
+
+    Attention's body lists all four outputs and builds only those the node has; an output
+    the node uses must be built.
+    """
+    built = {name for inner in function.node for name in inner.output}
+    built.update(function.input)
+    names = [name if name in built else "" for name in function.output]
+    for name, value in zip(names, ctx.node.outputs):
+        if not name and (value.uses() or value.is_graph_output()):
+            ctx.refuse(
+                f"ONNX's function body of {ctx.node.op_type} does not build every output used"
+            )
+    while names and not names[-1]:
+        names.pop()
+    if any(not name for name in names):
+        ctx.refuse(f"ONNX's function body of {ctx.node.op_type} skips an output in the middle")
+    del function.output[:]
+    function.output.extend(names)
 
 
 def _bound_attributes(node: ir.Node, version: int) -> dict[str, ir.Attr]:
