@@ -9,8 +9,9 @@
 #   lavapipe is already present.
 # - Optionally installs the Python packages (onnxruntime-ep-webgpu) into the active
 #   interpreter when SETUP_WEBGPU_PIP=1 (default: 0; the project's extras do that).
-# - Sessions need ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER=1 to accept the lavapipe adapter;
-#   this script prints the line to export but cannot set it for the caller.
+# - Sessions need ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER=1 to accept the lavapipe adapter
+#   (onnxscript_ep_passes.ep.webgpu.register_webgpu sets it unless already set); a script
+#   cannot set it for its caller.
 set -euo pipefail
 
 MIN_MESA_MAJOR=${MIN_MESA_MAJOR:-25}
@@ -39,10 +40,17 @@ if [ -n "${major}" ] && [ "${major}" -ge "${MIN_MESA_MAJOR}" ]; then
   echo "setup_webgpu: mesa-vulkan-drivers ${major}.x already installed"
 else
   if ! grep -qs '^Suites: bookworm-backports' "${BACKPORTS_FILE}"; then
-    # Reuse the first stanza of the main source (same mirror / keyring), switching the suite.
-    awk 'BEGIN{RS="";ORS="\n"} NR==1' /etc/apt/sources.list.d/debian.sources \
-      | sed -e 's/^Suites: .*/Suites: bookworm-backports/' \
-      | ${SUDO} tee "${BACKPORTS_FILE}" >/dev/null
+    if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+      # Reuse the first stanza of the main source (same mirror / keyring), switching the suite.
+      awk 'BEGIN{RS="";ORS="\n"} NR==1' /etc/apt/sources.list.d/debian.sources \
+        | sed -e 's/^Suites: .*/Suites: bookworm-backports/' \
+        | ${SUDO} tee "${BACKPORTS_FILE}" >/dev/null
+    else
+      printf '%s\n' 'Types: deb' 'URIs: http://deb.debian.org/debian' \
+        'Suites: bookworm-backports' 'Components: main' \
+        'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' \
+        | ${SUDO} tee "${BACKPORTS_FILE}" >/dev/null
+    fi
     echo "setup_webgpu: wrote ${BACKPORTS_FILE}"
   fi
   ${SUDO} apt-get update -q

@@ -1,0 +1,283 @@
+"""KernelTable: ORT's matching rule, type checks, snapshots and their provenance, table choice."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import onnxruntime as ort
+import pytest
+
+from onnxscript_ep_passes.ep import kernel_table as kt
+from onnxscript_ep_passes.ep.kernel_table import (
+    KernelRange,
+    KernelTable,
+    LiveTableUnavailableError,
+    available_snapshots,
+    canonical_ep_name,
+    get_table,
+    live_table,
+    load_snapshot,
+    parse_snapshot,
+    write_snapshot,
+)
+
+SHIPPED = {
+    "cuda-ort-1.16": ("CUDAExecutionProvider", "1.16"),
+    "cuda-ort-1.24": ("CUDAExecutionProvider", "1.24"),
+    "cuda-ort-main-2026-09": ("CUDAExecutionProvider", "main-2026-09"),
+    "dml-ort-1.16": ("DmlExecutionProvider", "1.16"),
+    "dml-ort-1.24": ("DmlExecutionProvider", "1.24"),
+    "webgpu-ort-1.32": ("WebGpuExecutionProvider", "1.32.0"),
+}
+
+
+def _table(*rows: tuple[str, str, int, int | None, dict[str, list[str]] | None]) -> KernelTable:
+    return KernelTable.from_rows("TestEP", "0.0", "test", rows)
+
+
+# -- the matching rule ---------------------------------------------------------------
+
+
+def test_open_range_matches_only_its_start() -> None:
+    t = _table(("", "Reshape", 23, None, None))
+    assert t.match("", "Reshape", 23) is not None
+    assert t.match("", "Reshape", 24) is None
+    assert t.match("", "Reshape", 22) is None
+
+
+def test_closed_range_matches_inside_and_exact_start() -> None:
+    t = _table(("", "Transpose", 13, 20, None), ("", "Transpose", 21, 22, None))
+    for v in (13, 17, 20):
+        assert t.match("", "Transpose", v) == KernelRange(13, 20)
+    assert t.match("", "Transpose", 22) == KernelRange(21, 22)
+    assert t.match("", "Transpose", 23) is None
+    assert t.match("", "Transpose", 12) is None
+
+
+def test_int_max_end_is_an_open_range() -> None:
+    t = _table(("", "Relu", 14, 2**31 - 1, None))
+    (r,) = t.registered("", "Relu")
+    assert r.end is None and r.describe() == "14+"
+    assert t.supports("", "Relu", 14) and not t.supports("", "Relu", 15)
+
+
+def test_domains_are_normalised() -> None:
+    t = _table(("ai.onnx", "Cos", 7, None, None), ("com.microsoft", "Gelu", 1, None, None))
+    assert t.supports("", "Cos", 7) and t.supports("ai.onnx", "Cos", 7)
+    assert t.ops() == [("", "Cos"), ("com.microsoft", "Gelu")]
+    assert t.supports("com.microsoft", "Gelu", 1) and not t.supports("", "Gelu", 1)
+
+
+def test_types_checked_only_when_known() -> None:
+    t = _table(
+        ("", "Concat", 13, None, {"T": ["tensor(float)", "float16"]}),
+        ("", "Cos", 7, None, None),
+    )
+    assert t.supports("", "Concat", 13)  # types unknown: not checked
+    assert t.supports("", "Concat", 13, {"T": "float"})  # short spelling
+    assert t.supports("", "Concat", 13, {"T": "tensor(float16)"})
+    assert not t.supports("", "Concat", 13, {"T": "tensor(int64)"})
+    assert t.supports("", "Concat", 13, {"other": "tensor(int64)"})  # unknown key ignored
+    assert t.supports("", "Cos", 7, {"T": "tensor(float8e8m0)"})  # table without types
+
+
+def test_type_constraint_by_formal_parameter_name() -> None:
+    t = _table(("", "Reshape", 23, 24, {"T": ["tensor(float)"], "shape": ["tensor(int64)"]}))
+    assert t.supports("", "Reshape", 24, {"T": "tensor(float)", "shape": "tensor(int64)"})
+    assert not t.supports("", "Reshape", 24, {"shape": "tensor(int32)"})
+
+
+def test_any_matching_kernel_with_the_types_wins() -> None:
+    # ORT registers Range twice at 11+ (float, int32): either one may match.
+    t = _table(
+        ("", "Range", 11, None, {"T": ["tensor(float)"]}),
+        ("", "Range", 11, None, {"T": ["tensor(int32)"]}),
+    )
+    assert t.supports("", "Range", 11, {"T": "tensor(int32)"})
+    assert t.supports("", "Range", 11, {"T": "tensor(float)"})
+    assert not t.supports("", "Range", 11, {"T": "tensor(int64)"})
+
+
+def test_explain_names_the_registered_ranges_and_types() -> None:
+    t = _table(
+        ("", "Reshape", 21, 22, None),
+        ("", "Reshape", 23, None, None),
+        ("", "Cast", 24, 24, {"T2": ["tensor(float)"]}),
+    )
+    kernel, reason = t.explain("", "Reshape", 24)
+    assert kernel is None
+    assert reason == "no kernel for Reshape at since_version 24 (registered: [21, 22], 23+)"
+    kernel, reason = t.explain("", "Cast", 24, {"T2": "float8e8m0"})
+    assert kernel is None and "type tensor(float8e8m0) not supported for T2" in reason
+    assert "op not registered" in t.explain("", "Swish", 24)[1]
+    assert t.explain("", "Reshape", 22)[0] == KernelRange(21, 22)
+
+
+def test_aliases() -> None:
+    assert canonical_ep_name("webgpu") == "WebGpuExecutionProvider"
+    assert canonical_ep_name("CUDA") == "CUDAExecutionProvider"
+    assert canonical_ep_name("directml") == canonical_ep_name("dml") == "DmlExecutionProvider"
+    assert canonical_ep_name("CPUExecutionProvider") == "CPUExecutionProvider"
+    with pytest.raises(ValueError, match="Unknown execution provider"):
+        canonical_ep_name("tpu")
+
+
+# -- snapshots -----------------------------------------------------------------------
+
+
+def test_shipped_snapshots_and_provenance() -> None:
+    infos = {i.name: i for i in available_snapshots()}
+    assert set(infos) == set(SHIPPED)
+    for name, (ep, version) in SHIPPED.items():
+        table = load_snapshot(name)
+        assert (table.ep, table.ort_version) == (ep, version)
+        assert table.source == f"snapshot:{name}.tsv"
+        meta = json.loads(kt._data_dir().joinpath(f"{name}.json").read_text())
+        assert meta["kernels"] == len(table), name
+        assert infos[name].source  # where the rows came from
+        assert table.has_type_constraints == (ep == "WebGpuExecutionProvider")
+    assert load_snapshot("cuda-ort-1.24.tsv") is load_snapshot("cuda-ort-1.24")
+    assert load_snapshot("webgpu-ort-1.32").ep_version == "0.4.0"
+    with pytest.raises(ValueError, match="shipped"):
+        load_snapshot("cuda-ort-9.99")
+
+
+def test_snapshot_facts_from_the_audit() -> None:
+    """Spot checks of the transcribed tables against ORT issue 27729's audit."""
+    cuda124 = load_snapshot("cuda-ort-1.24")
+    assert cuda124.supports("", "Flatten", 13) and not cuda124.supports("", "Flatten", 21)
+    assert not cuda124.supports("", "ConstantOfShape", 20)
+    assert not cuda124.supports("", "Pad", 19) and not cuda124.supports("", "Size", 19)
+    assert not cuda124.supports("", "QuantizeLinear", 23)
+    main = load_snapshot("cuda-ort-main-2026-09")
+    assert main.supports("", "MaxPool", 12) and not main.supports("", "MaxPool", 22)
+    dml = load_snapshot("dml-ort-1.24")
+    assert all(r.end is None for rs in dml.ranges.values() for r in rs)
+    assert dml.supports("", "Reshape", 21) and not dml.supports("", "Reshape", 23)
+
+
+def test_webgpu_snapshot_facts() -> None:
+    t = load_snapshot("webgpu-ort-1.32")
+    assert t.registered("", "Transpose")[-1] == KernelRange(
+        24, None, t.registered("", "Transpose")[-1].type_constraints
+    )
+    assert t.supports("", "Transpose", 24) and not t.supports("", "Transpose", 25)
+    assert t.supports("", "Flatten", 21) and not t.supports("", "Flatten", 23)
+    assert not t.has_op("", "ConstantOfShape")
+    assert t.has_op("com.ms.internal.nhwc", "Conv")
+    assert not t.supports("", "Concat", 13, {"T": "tensor(int64)"})
+
+
+def test_snapshot_roundtrip(tmp_path) -> None:
+    original = load_snapshot("webgpu-ort-1.32")
+    path = write_snapshot(original, tmp_path, "roundtrip", notes="test")
+    again = parse_snapshot(path.read_text(), ep=original.ep, ort_version="x", source="file")
+    assert dict(again.ranges) == dict(original.ranges)
+    meta = json.loads((tmp_path / "roundtrip.json").read_text())
+    assert meta["ep"] == "WebGpuExecutionProvider" and meta["kernels"] == len(original)
+
+
+def test_parse_snapshot_rejects_bad_header() -> None:
+    with pytest.raises(ValueError, match="header"):
+        parse_snapshot("op\tdomain\tstart\tend\n", ep="cuda", ort_version="1", source="x")
+
+
+# -- choosing a table ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ep", "version", "expected"),
+    [
+        ("cuda", "1.24", "cuda-ort-1.24"),
+        ("cuda", "1.24.3", "cuda-ort-1.24"),
+        ("cuda", "1.26.0", "cuda-ort-1.24"),  # newest not newer
+        ("cuda", "1.20", "cuda-ort-1.16"),
+        ("cuda", "1.10", "cuda-ort-1.16"),  # all newer: the oldest
+        ("cuda", "main-2026-09", "cuda-ort-main-2026-09"),
+        ("cuda", "1.27.1", "cuda-ort-1.24"),  # main after 1.27 is newer than 1.27.x
+        ("cuda", "1.28", "cuda-ort-main-2026-09"),
+        ("directml", "1.24.1", "dml-ort-1.24"),
+        ("DmlExecutionProvider", "1.17", "dml-ort-1.16"),
+    ],
+)
+def test_get_table_nearest_snapshot(ep: str, version: str, expected: str) -> None:
+    table = get_table(ep, version)
+    assert table.source == f"snapshot:{expected}.tsv"
+
+
+def test_get_table_without_live_uses_snapshot_for_installed_version() -> None:
+    table = get_table("webgpu", prefer_live=False)
+    assert table.source == "snapshot:webgpu-ort-1.32.tsv"
+
+
+def test_get_table_errors_list_the_tables() -> None:
+    with pytest.raises(ValueError, match=r"Shipped snapshots: .*cuda-ort-1\.24"):
+        get_table("cpu", prefer_live=False)
+    with pytest.raises(ValueError, match="Unknown execution provider"):
+        get_table("tpu")
+    with pytest.raises(ValueError, match="Unrecognised ORT version"):
+        get_table("cuda", "latest")
+
+
+def test_live_cpu_table() -> None:
+    table = live_table("cpu")
+    assert table.source == "live:get_all_opkernel_def"
+    assert table.ort_version == ort.__version__
+    assert table.has_type_constraints and table.supports("", "Relu", 14, {"T": "tensor(float)"})
+    assert get_table("cpu") is table
+
+
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" in ort.get_available_providers(), reason="CUDA is available here"
+)
+def test_live_cuda_unavailable_is_a_clear_error() -> None:
+    with pytest.raises(LiveTableUnavailableError, match="CUDAExecutionProvider is not available"):
+        live_table("cuda")
+    # get_table falls back to the nearest shipped snapshot
+    assert get_table("cuda").source.startswith("snapshot:cuda-ort-")
+
+
+@pytest.mark.webgpu
+def test_live_webgpu_table_matches_shipped_snapshot(webgpu_table: KernelTable) -> None:
+    snapshot = load_snapshot("webgpu-ort-1.32")
+    if webgpu_table.ep_version != snapshot.ep_version:
+        pytest.skip(f"installed plugin {webgpu_table.ep_version} != snapshot {snapshot.ep_version}")
+    assert dict(webgpu_table.ranges) == dict(snapshot.ranges)
+    assert len(webgpu_table) == 371
+
+
+def test_dump_tool_writes_a_loadable_snapshot(tmp_path) -> None:
+    tool = Path(__file__).resolve().parents[2] / "tools" / "dump_kernel_table.py"
+    done = subprocess.run(
+        [sys.executable, str(tool), "cpu", "--out", str(tmp_path), "--notes", "test"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    version = ".".join(ort.__version__.split(".")[:2])
+    tsv = tmp_path / f"cpu-ort-{version}.tsv"
+    meta = json.loads(tsv.with_suffix(".json").read_text())
+    assert meta["ep"] == "CPUExecutionProvider" and meta["ort_version"] == ort.__version__
+    assert meta["source"] == "live:get_all_opkernel_def" and meta["notes"] == "test"
+    table = parse_snapshot(
+        tsv.read_text(), ep=meta["ep"], ort_version=meta["ort_version"], source="x"
+    )
+    assert dict(table.ranges) == dict(live_table("cpu").ranges)
+
+
+def test_dump_tool_reports_an_unavailable_ep(tmp_path) -> None:
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("CUDA is available here")
+    tool = Path(__file__).resolve().parents[2] / "tools" / "dump_kernel_table.py"
+    done = subprocess.run(
+        [sys.executable, str(tool), "cuda", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2 and "cannot list CUDAExecutionProvider" in done.stderr
+    assert not list(tmp_path.iterdir())

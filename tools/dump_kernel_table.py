@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Dump an execution provider's kernel table from the installed ONNX Runtime as a snapshot.
+
+Writes ``<name>.tsv`` (``domain op start end type_constraints``) and ``<name>.json``
+(provenance: EP, ORT version, plugin version, how it was listed) into ``--out``; the
+package loads such files with ``onnxscript_ep_passes.ep.load_snapshot``. Run it where the
+EP's library loads, e.g. on a GPU machine with ``onnxruntime-gpu`` for CUDA::
+
+    python tools/dump_kernel_table.py cuda --out src/onnxscript_ep_passes/ep/data
+    python tools/dump_kernel_table.py webgpu --out src/onnxscript_ep_passes/ep/data
+
+The default name is ``<ep>-ort-<major.minor>`` (``cuda-ort-1.32``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from onnxscript_ep_passes.ep.kernel_table import (
+    LiveTableUnavailableError,
+    canonical_ep_name,
+    live_table,
+    write_snapshot,
+)
+
+logger = logging.getLogger("dump_kernel_table")
+
+_PREFIX = {
+    "CUDAExecutionProvider": "cuda",
+    "DmlExecutionProvider": "dml",
+    "WebGpuExecutionProvider": "webgpu",
+    "CPUExecutionProvider": "cpu",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("ep", help="cuda, dml, webgpu, cpu (or ORT's provider name)")
+    parser.add_argument("--out", type=Path, default=Path("."), help="output directory")
+    parser.add_argument("--name", help="snapshot name (default: <ep>-ort-<major.minor>)")
+    parser.add_argument("--notes", default="", help="free text stored in the provenance JSON")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    ep = canonical_ep_name(args.ep)
+    try:
+        table = live_table(ep)
+    except LiveTableUnavailableError as e:
+        logger.error("cannot list %s here: %s", ep, e)
+        return 2
+    version = ".".join(table.ort_version.split(".")[:2])
+    name = args.name or f"{_PREFIX[ep]}-ort-{version}"
+    path = write_snapshot(table, args.out, name, notes=args.notes)
+    logger.info(
+        "wrote %s: %d kernels of %s, ORT %s (%s)",
+        path,
+        len(table),
+        table.ep,
+        table.ort_version,
+        table.source,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
