@@ -296,3 +296,25 @@ def test_info_log_names_opsets_model_and_tracking_issue(caplog: pytest.LogCaptur
 def test_target_below_18_is_rejected() -> None:
     with pytest.raises(ValueError, match="below 18"):
         LowerOpsetPass(17)
+
+
+def test_initializers_only_replaced_nodes_read_are_dropped() -> None:
+    # DFT-20's axis input becomes DFT-17's attribute: the 'axis' initializer loses its
+    # only reader and is dropped; an initializer nobody ever read is left alone.
+    model = make_model(
+        [
+            oh.make_node("DFT", ["x", "", "axis"], ["y"], name="dft"),
+            oh.make_node("Identity", ["kept"], ["k"]),
+        ],
+        [_vi("x", shape=[1, 4, 2])],
+        [_vi("y", shape=[1, 4, 2]), _vi("k", shape=[1])],
+        20,
+        initializers=[
+            oh.make_tensor("axis", TensorProto.INT64, [], [1]),
+            oh.make_tensor("kept", F, [1], [1.0]),
+            oh.make_tensor("never_used", F, [1], [2.0]),
+        ],
+    )
+    x = np.random.default_rng(4).standard_normal((1, 4, 2)).astype(np.float32)
+    lowered = assert_lowers_exactly(model, 19, {"x": x}, rtol=1e-5, atol=1e-5)
+    assert {i.name for i in lowered.graph.initializer} == {"kept", "never_used"}

@@ -139,6 +139,7 @@ class _Lowering:
         self.rewritten = 0
         self.journal = _Journal()
         self._dead: list[ir.Node] = []
+        self._used_initializers: list[tuple[ir.Graph, ir.Value]] = []
 
     def scopes(self) -> list[_Scope]:
         scopes = []
@@ -153,6 +154,12 @@ class _Lowering:
         return scopes
 
     def run(self) -> None:
+        self._used_initializers = [
+            (graph, value)
+            for graph in (self.model.graph, *self.model.graph.subgraphs())
+            for value in graph.initializers.values()
+            if value.uses()
+        ]
         for scope in self.scopes():
             for node in list(ir.traversal.RecursiveGraphIterator(scope.graph)):
                 if schemas.is_default_domain(node.domain):
@@ -164,6 +171,11 @@ class _Lowering:
             assert node.graph is not None
             node.graph.remove(node, safe=True)
         self._dead.clear()
+        # Initializers only the replaced nodes read are dropped (ORT warns about them).
+        for graph, value in self._used_initializers:
+            if not value.uses() and not value.is_graph_output() and not value.is_graph_input():
+                assert value.name is not None
+                graph.initializers.pop(value.name, None)
 
     def rollback(self) -> None:
         self.journal.rollback()
