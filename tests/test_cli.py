@@ -118,3 +118,82 @@ def test_missing_input_is_an_error(tmp_path: Path) -> None:
         )
         == 1
     )
+
+
+def _opset24_decoder_like(tmp_path: Path) -> Path:
+    """Reshape/Transpose at opset 24: CUDA 1.24 only has their 23+ kernels."""
+    model = make_model(
+        [
+            oh.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+            oh.make_node("Transpose", ["r"], ["t"], name="transpose", perm=[1, 0]),
+            oh.make_node("Relu", ["t"], ["y"], name="relu"),
+        ],
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3])],
+        24,
+        initializers=[numpy_helper.from_array(np.array([3, 4], np.int64), "shape")],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def test_report_json_for_cuda_snapshot(tmp_path: Path) -> None:
+    import json
+
+    path = _opset24_decoder_like(tmp_path)
+    result = _run("-q", "report", str(path), "--ep", "cuda", "--ort-version", "1.24", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert {"ep", "ort_version", "table_source", "before", "after"} <= set(report)
+    assert report["ep"] == "CUDAExecutionProvider"
+    assert report["table_source"] == "snapshot:cuda-ort-1.24.tsv"
+    before, after = report["before"], report["after"]
+    assert before["opset"] == 24 and after["opset"] == 23
+    for side in (before, after):
+        assert {"opset", "memcpy", "nodes"} <= set(side)
+        for node in side["nodes"]:
+            assert {"name", "op_type", "domain", "since_version", "placement", "reason"} <= set(
+                node
+            )
+    placed = {n["name"]: n for n in before["nodes"]}
+    assert placed["reshape"]["placement"] == "cpu" and placed["reshape"]["since_version"] == 24
+    assert "since_version 24" in placed["reshape"]["reason"]
+    assert placed["relu"]["placement"] == "ep"
+    assert before["memcpy"] > 0
+    assert all(n["placement"] == "ep" for n in after["nodes"])
+    assert after["memcpy"] == 0
+
+
+def test_report_text_and_lower_for_ep(tmp_path: Path) -> None:
+    path = _opset24_decoder_like(tmp_path)
+    result = _run("-q", "report", str(path), "--ep", "cuda", "--ort-version", "1.24")
+    assert result.returncode == 0, result.stderr
+    assert "before: opset 24" in result.stdout and "after: opset 23" in result.stdout
+    assert "no kernel for Reshape at since_version 24" in result.stdout
+    out = tmp_path / "out.onnx"
+    result = _run("lower", str(path), "-o", str(out), "--ep", "cuda", "--ort-version", "1.24")
+    assert result.returncode == 0, result.stderr
+    assert "CUDAExecutionProvider" in result.stderr and "27729" in result.stderr
+    lowered = onnx.load(out)
+    assert [o.version for o in lowered.opset_import if o.domain == ""] == [23]
+    x = np.random.default_rng(2).standard_normal((2, 6)).astype(np.float32)
+    expected, _ = run_model(onnx.load(path), {"x": x})
+    actual, _ = run_model(lowered, {"x": x})
+    np.testing.assert_array_equal(actual[0], expected[0])
+
+
+def test_lower_for_cpu_is_a_noop_and_explicit_target_wins(tmp_path: Path) -> None:
+    path = _opset24_decoder_like(tmp_path)
+    out = tmp_path / "cpu.onnx"
+    assert main(["-q", "lower", str(path), "-o", str(out), "--ep", "cpu"]) == 0
+    assert [o.version for o in onnx.load(out).opset_import if o.domain == ""] == [24]
+    out = tmp_path / "forced.onnx"
+    args = ["-q", "lower", str(path), "-o", str(out), "--ep", "cuda", "--ort-version", "1.24"]
+    assert main([*args, "--target-opset", "21"]) == 0
+    assert [o.version for o in onnx.load(out).opset_import if o.domain == ""] == [21]
+
+
+def test_report_unknown_ep_is_an_error(tmp_path: Path) -> None:
+    path = _opset24_decoder_like(tmp_path)
+    assert main(["report", str(path), "--ep", "NoSuchExecutionProvider"]) == 1

@@ -1,0 +1,62 @@
+"""optimize_for_ep: onnxscript's optimizer around the EP-aware lowering, on real exports."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+
+from onnxscript_ep_passes.ep import get_table, predict_placement
+from onnxscript_ep_passes.pipeline import ep_pass_list, optimize_for_ep
+from tests.harness import run_model
+from tests.torch_models import export_proto, sample_inputs
+
+pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore::FutureWarning")]
+
+
+def _ops(model: ir.Model) -> collections.Counter[str]:
+    return collections.Counter(n.op_type for n in ir.traversal.RecursiveGraphIterator(model.graph))
+
+
+def test_rms_normalization_is_recovered_after_lowering_a_torch_export() -> None:
+    proto = export_proto("llama", 24)
+    model = ir.from_proto(proto)
+    # torch fuses RMSNormalization only at opset 23: at 24 the export holds Pow/ReduceMean.
+    assert _ops(model)["RMSNormalization"] == 0 and _ops(model)["ReduceMean"] > 0
+    table = get_table("cuda", "1.24")
+    optimize_for_ep(model, "cuda", table=table)
+    assert model.opset_imports[""] == 23
+    ops = _ops(model)
+    assert ops["RMSNormalization"] == 5, ops  # 2 layers x 2 norms + the final norm
+    prediction = predict_placement(model, table)
+    assert not prediction.fallback_nodes, str(prediction)
+    feeds = sample_inputs("llama")
+    expected, _ = run_model(proto, feeds)
+    actual, _ = run_model(ir.to_proto(model), feeds)
+    np.testing.assert_allclose(actual[0], expected[0], rtol=1e-4, atol=1e-4)
+
+
+def test_no_lowering_where_the_ep_has_the_newer_kernels() -> None:
+    # ORT main (Sept 2026) registers Reshape/Transpose/... 24: opset 24 is already best.
+    model = ir.from_proto(export_proto("llama", 24))
+    table = get_table("cuda", "main-2026-09")
+    optimize_for_ep(model, "cuda", table=table)
+    assert model.opset_imports[""] == 24
+    assert not predict_placement(model, table).fallback_nodes
+
+
+def test_pass_list_runs_in_a_pass_manager() -> None:
+    proto = export_proto("llama", 24)
+    model = ir.from_proto(proto)
+    result = ir.passes.PassManager(ep_pass_list("cuda", "1.24"))(model)
+    assert result.modified
+    assert model.opset_imports[""] == 23
+    assert _ops(model)["RMSNormalization"] == 5
+
+
+def test_cpu_only_optimizes() -> None:
+    model = ir.from_proto(export_proto("llama", 24))
+    optimize_for_ep(model, "cpu")
+    assert model.opset_imports[""] == 24
