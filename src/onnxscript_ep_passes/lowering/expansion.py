@@ -15,7 +15,7 @@ Rules:
 
 from __future__ import annotations
 
-__all__ = ["expand_function_body", "function_body"]
+__all__ = ["bound_attributes", "expand_function_body", "function_body"]
 
 from typing import TYPE_CHECKING, Any
 
@@ -87,7 +87,8 @@ def _prune_unbuilt_outputs(ctx: DowngradeContext, function: onnx.FunctionProto) 
     function.output.extend(names)
 
 
-def _bound_attributes(node: ir.Node, version: int) -> dict[str, ir.Attr]:
+def bound_attributes(node: ir.Node, version: int) -> dict[str, ir.Attr]:
+    """The node's attributes, with the schema's defaults for those it does not set."""
     bound = dict(node.attributes)
     schema = schemas.get_schema(node.op_type, version, node.domain)
     assert schema is not None
@@ -107,7 +108,7 @@ def expand_function_body(ctx: DowngradeContext) -> list[ir.Value | None]:
         ctx.version,
     )
     function = ir.serde.deserialize_function(proto)
-    attributes = _bound_attributes(node, ctx.version)
+    attributes = bound_attributes(node, ctx.version)
     mapping: dict[ir.Value, ir.Value | None] = {}
     for index, formal in enumerate(function.inputs):
         mapping[formal] = node.inputs[index] if index < len(node.inputs) else None

@@ -22,28 +22,14 @@ from collections.abc import Sequence
 import numpy as np
 import onnx_ir as ir
 
+from onnxscript_ep_passes.lowering.adapters._common import (
+    FLOAT8_TYPES,
+    HALF_TYPES,
+    constant_array,
+    rank_of,
+)
 from onnxscript_ep_passes.lowering.context import DowngradeContext
 from onnxscript_ep_passes.lowering.registry import register_downgrade
-
-_HALF_TYPES = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
-_FLOAT8_TYPES = (
-    ir.DataType.FLOAT8E4M3FN,
-    ir.DataType.FLOAT8E4M3FNUZ,
-    ir.DataType.FLOAT8E5M2,
-    ir.DataType.FLOAT8E5M2FNUZ,
-)
-
-
-def _constant(value: ir.Value | None) -> np.ndarray | None:
-    """The value's data when it is a constant (an initializer that is no graph input)."""
-    if value is None or value.is_graph_input():
-        return None
-    tensor = ir.convenience.get_const_tensor(value)
-    return None if tensor is None else tensor.numpy()
-
-
-def _rank(value: ir.Value | None) -> int | None:
-    return None if value is None or value.shape is None else len(value.shape)
 
 
 def _inputs(*values: ir.Value | None) -> list[ir.Value | None]:
@@ -118,12 +104,12 @@ def dequantizelinear_19(node: ir.Node, ctx: DowngradeContext) -> Sequence[ir.Val
     """
     x, scale, zero_point = ctx.input(0), ctx.input(1), ctx.input(2)
     x_type = ctx.require_dtype(x, "input")
-    if x_type in _FLOAT8_TYPES:
+    if x_type in FLOAT8_TYPES:
         ctx.refuse(f"input '{x.name if x else ''}' is {x_type.name}: float8 needs opset 19")
     scale_type = ctx.require_dtype(scale, "x_scale")
     if scale_type == ir.DataType.FLOAT:
         return None
-    if scale_type not in _HALF_TYPES or x_type not in (ir.DataType.INT8, ir.DataType.UINT8):
+    if scale_type not in HALF_TYPES or x_type not in (ir.DataType.INT8, ir.DataType.UINT8):
         ctx.refuse(
             f"x_scale is {scale_type.name} with input {x_type.name}: DequantizeLinear-13 "
             "takes float scales only, and only 8-bit inputs dequantize exactly through float"
@@ -150,11 +136,11 @@ def quantizelinear_19(node: ir.Node, ctx: DowngradeContext) -> Sequence[ir.Value
     out_type = ctx.dtype_of(zero_point) if zero_point is not None else ir.DataType.UINT8
     if out_type is None:
         out_type = ctx.require_dtype(node.outputs[0], "output")
-    if out_type in _FLOAT8_TYPES:
+    if out_type in FLOAT8_TYPES:
         ctx.refuse(f"output is {out_type.name}: float8 quantization needs opset 19")
     node.attributes.pop("saturate", None)
     x_type = ctx.require_dtype(x, "input")
-    if x_type not in _HALF_TYPES:
+    if x_type not in HALF_TYPES:
         scale_type = ctx.require_dtype(scale, "y_scale")
         if scale_type != ir.DataType.FLOAT:
             ctx.refuse(f"y_scale is {scale_type.name}: QuantizeLinear-13 takes float scales only")
@@ -168,18 +154,18 @@ def quantizelinear_19(node: ir.Node, ctx: DowngradeContext) -> Sequence[ir.Value
 def _wrap_pad(ctx: DowngradeContext, data: ir.Value) -> ir.Value:
     """Pad 'wrap' as one Gather per padded axis."""
     pads_value, axes_value = ctx.input(1), ctx.input(3)
-    pads = _constant(pads_value)
+    pads = constant_array(pads_value)
     if axes_value is not None:
-        axes_array = _constant(axes_value)
+        axes_array = constant_array(axes_value)
         if axes_array is None:
             ctx.refuse("mode='wrap' with a non-constant 'axes' input")
         axes = [int(a) for a in axes_array.reshape(-1)]
     else:
-        rank = len(pads) // 2 if pads is not None else _rank(data)
+        rank = len(pads) // 2 if pads is not None else rank_of(data)
         if rank is None:
             ctx.refuse("mode='wrap' with non-constant pads and an input of unknown rank")
         axes = list(range(rank))
-    rank = _rank(data)
+    rank = rank_of(data)
     if any(a < 0 for a in axes):
         if rank is None:
             ctx.refuse("mode='wrap' with negative axes and an input of unknown rank")
@@ -264,7 +250,7 @@ def resize_19(node: ir.Node, ctx: DowngradeContext) -> None:
             "unknown static shape"
         )
     axes = _resize_axes(ctx, len(dims))
-    scales, sizes = _constant(ctx.input(2)), _constant(ctx.input(3))
+    scales, sizes = constant_array(ctx.input(2)), constant_array(ctx.input(3))
     widths: list[tuple[int, np.float32]] = []  # (length, scale in float32)
     if ctx.input(3) is not None:
         if sizes is None:

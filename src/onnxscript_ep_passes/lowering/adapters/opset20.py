@@ -28,28 +28,14 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from onnxscript_ep_passes.lowering.adapters._common import (
+    FLOAT,
+    FLOAT8_TYPES,
+    constant_array,
+    rank_of,
+)
 from onnxscript_ep_passes.lowering.context import DowngradeContext
 from onnxscript_ep_passes.lowering.registry import register_downgrade
-
-_FLOAT = ir.DataType.FLOAT
-_FLOAT8_TYPES = (
-    ir.DataType.FLOAT8E4M3FN,
-    ir.DataType.FLOAT8E4M3FNUZ,
-    ir.DataType.FLOAT8E5M2,
-    ir.DataType.FLOAT8E5M2FNUZ,
-)
-
-
-def _constant(value: ir.Value | None) -> np.ndarray | None:
-    """The value's data when it is a constant (an initializer that is no graph input)."""
-    if value is None or value.is_graph_input():
-        return None
-    tensor = ir.convenience.get_const_tensor(value)
-    return None if tensor is None else tensor.numpy()
-
-
-def _rank(value: ir.Value | None) -> int | None:
-    return None if value is None or value.shape is None else len(value.shape)
 
 
 @register_downgrade("Gelu", 20, kind="expansion")
@@ -106,7 +92,7 @@ def affinegrid_20(node: ir.Node, ctx: DowngradeContext) -> list[ir.Value]:
     else:
         ctx.refuse("neither 'size' nor 'theta' has a static shape telling 2-D from 3-D")
     if align_corners:
-        sizes = _constant(size)
+        sizes = constant_array(size)
         if sizes is None or any(int(s) <= 1 for s in sizes.reshape(-1)[2:]):
             ctx.refuse(
                 "align_corners=1 with a spatial size that is 1 or not constant: the grid "
@@ -152,11 +138,11 @@ def dft_20(node: ir.Node, ctx: DowngradeContext) -> Sequence[ir.Value]:
     if axis_value is None:
         axis = -2
     else:
-        data = _constant(axis_value)
+        data = constant_array(axis_value)
         if data is None or data.size != 1:
             ctx.refuse(f"input 'axis' ('{axis_value.name}') is not a constant scalar")
         axis = int(data.reshape(-1)[0])
-    rank = _rank(signal)
+    rank = rank_of(signal)
     if axis < 0 and rank is not None:
         axis += rank
     inputs: list[ir.Value | None] = [signal] if length is None else [signal, length]
@@ -182,7 +168,7 @@ def gridsample_20(node: ir.Node, ctx: DowngradeContext) -> None:
     is unchanged, rounding halves to even in both); ``align_corners`` and
     ``padding_mode`` mean the same. Other ranks have no equivalent and are refused.
     """
-    rank = _rank(ctx.input(0))
+    rank = rank_of(ctx.input(0))
     if rank != 4:
         what = "unknown" if rank is None else str(rank)
         ctx.refuse(f"input X has rank {what}: GridSample before opset 20 is 2-D (rank 4) only")
@@ -223,7 +209,7 @@ def stringsplit_20(node: ir.Node, ctx: DowngradeContext) -> None:
 
 
 def _require_float8_readable(ctx: DowngradeContext, dtype: ir.DataType | None) -> None:
-    if dtype in _FLOAT8_TYPES and ctx.target_opset < 19:
+    if dtype in FLOAT8_TYPES and ctx.target_opset < 19:
         assert dtype is not None
         ctx.refuse(f"a {dtype.name} tensor cannot be read or built below opset 19")
 
@@ -239,7 +225,7 @@ def _test_in_float(
         return None
     _require_float8_readable(ctx, dtype)
     attrs: dict[str, Any] = {a.name: a for a in node.attributes.values()}
-    return [ctx.op(node.op_type, [ctx.op("Cast", [value], to=_FLOAT)], **attrs)]
+    return [ctx.op(node.op_type, [ctx.op("Cast", [value], to=FLOAT)], **attrs)]
 
 
 @register_downgrade("IsInf", 20, kind="rewrite")
@@ -249,13 +235,13 @@ def isinf_20(node: ir.Node, ctx: DowngradeContext) -> Sequence[ir.Value] | None:
     Widening to float32 is exact and keeps infinities, NaNs and finite values apart
     (float8e4m3fn and the fnuz types have no infinity, and stay finite or NaN).
     """
-    return _test_in_float(node, ctx, (ir.DataType.FLOAT16, ir.DataType.BFLOAT16, *_FLOAT8_TYPES))
+    return _test_in_float(node, ctx, (ir.DataType.FLOAT16, ir.DataType.BFLOAT16, *FLOAT8_TYPES))
 
 
 @register_downgrade("IsNaN", 20, kind="rewrite")
 def isnan_20(node: ir.Node, ctx: DowngradeContext) -> Sequence[ir.Value] | None:
     """IsNaN-20 added float8 inputs: test them widened to float32 (exact, NaN stays NaN)."""
-    return _test_in_float(node, ctx, _FLOAT8_TYPES)
+    return _test_in_float(node, ctx, FLOAT8_TYPES)
 
 
 def _reduce_bool(node: ir.Node, ctx: DowngradeContext) -> Sequence[ir.Value] | None:
@@ -299,7 +285,7 @@ def constantofshape_20(node: ir.Node, ctx: DowngradeContext) -> Sequence[ir.Valu
     """
     attr = node.attributes.get("value")
     tensor = None if attr is None else attr.as_tensor()
-    if tensor is None or tensor.dtype not in (ir.DataType.BFLOAT16, *_FLOAT8_TYPES):
+    if tensor is None or tensor.dtype not in (ir.DataType.BFLOAT16, *FLOAT8_TYPES):
         ctx.require_types_allowed_below()
         return None
     _require_float8_readable(ctx, tensor.dtype)

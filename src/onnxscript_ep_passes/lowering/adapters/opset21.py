@@ -18,17 +18,10 @@ from collections.abc import Sequence
 import numpy as np
 import onnx_ir as ir
 
+from onnxscript_ep_passes.lowering.adapters._common import FLOAT, FLOAT8_TYPES, HALF_TYPES
 from onnxscript_ep_passes.lowering.context import DowngradeContext
 from onnxscript_ep_passes.lowering.registry import register_downgrade
 
-_FLOAT = ir.DataType.FLOAT
-_HALF_TYPES = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
-_FLOAT8_TYPES = (
-    ir.DataType.FLOAT8E4M3FN,
-    ir.DataType.FLOAT8E4M3FNUZ,
-    ir.DataType.FLOAT8E5M2,
-    ir.DataType.FLOAT8E5M2FNUZ,
-)
 # Integer types whose differences (x - zero_point) are exact in float32.
 _SMALL_INTS = (ir.DataType.INT8, ir.DataType.UINT8, ir.DataType.INT16, ir.DataType.UINT16)
 
@@ -64,22 +57,22 @@ def _dequantize(ctx: DowngradeContext, block_size: int) -> ir.Value:
     assert x is not None and scale is not None
     x_type = ctx.require_dtype(x, "input")
     scale_type = ctx.require_dtype(scale, "x_scale")
-    if x_type in _FLOAT8_TYPES:
+    if x_type in FLOAT8_TYPES:
         zero_point = None  # float8 zero points are zero ("usually not used")
     elif x_type == ir.DataType.INT32 and zero_point is not None:
         ctx.refuse("INT32 input with a zero point: x - zero_point is not exact in float32")
     elif x_type not in (*_SMALL_INTS, ir.DataType.INT32):
         ctx.refuse(f"input is {x_type.name}, which no earlier operator converts exactly")
     axis = int(ctx.attribute("axis", 1))
-    value = ctx.op("Cast", [x], to=_FLOAT)
+    value = ctx.op("Cast", [x], to=FLOAT)
     if zero_point is not None:
-        zero = ctx.op("Cast", [_spread(ctx, zero_point, x, axis, block_size)], to=_FLOAT)
+        zero = ctx.op("Cast", [_spread(ctx, zero_point, x, axis, block_size)], to=FLOAT)
         value = ctx.op("Sub", [value, zero])
     factor = _spread(ctx, scale, x, axis, block_size)
-    if scale_type != _FLOAT:
-        factor = ctx.op("Cast", [factor], to=_FLOAT)
+    if scale_type != FLOAT:
+        factor = ctx.op("Cast", [factor], to=FLOAT)
     value = ctx.op("Mul", [value, factor])
-    return value if scale_type == _FLOAT else ctx.op("Cast", [value], to=scale_type)
+    return value if scale_type == FLOAT else ctx.op("Cast", [value], to=scale_type)
 
 
 @register_downgrade("DequantizeLinear", 21, kind="rewrite")
@@ -107,18 +100,18 @@ def _quantize_blocked(ctx: DowngradeContext, block_size: int, out_type: ir.DataT
     x, scale, zero_point = ctx.input(0), ctx.input(1), ctx.input(2)
     assert x is not None and scale is not None
     x_type = ctx.require_dtype(x, "input")
-    if x_type not in (_FLOAT, *_HALF_TYPES):
+    if x_type not in (FLOAT, *HALF_TYPES):
         ctx.refuse(f"blocked quantization of a {x_type.name} input")
     if out_type not in (ir.DataType.INT8, ir.DataType.UINT8):
         ctx.refuse(f"blocked quantization to {out_type.name} (only 8-bit integers are rebuilt)")
     axis = int(ctx.attribute("axis", 1))
-    x_f = x if x_type == _FLOAT else ctx.op("Cast", [x], to=_FLOAT)
+    x_f = x if x_type == FLOAT else ctx.op("Cast", [x], to=FLOAT)
     scale_f = _spread(ctx, scale, x, axis, block_size)
-    if x_type != _FLOAT:
-        scale_f = ctx.op("Cast", [scale_f], to=_FLOAT)
+    if x_type != FLOAT:
+        scale_f = ctx.op("Cast", [scale_f], to=FLOAT)
     value = ctx.op("Round", [ctx.op("Div", [x_f, scale_f])])
     if zero_point is not None:
-        zero = ctx.op("Cast", [_spread(ctx, zero_point, x, axis, block_size)], to=_FLOAT)
+        zero = ctx.op("Cast", [_spread(ctx, zero_point, x, axis, block_size)], to=FLOAT)
         value = ctx.op("Add", [value, zero])
     unit = ctx.constant(np.array(1.0, np.float32))
     no_shift = ctx.constant(np.array(0, out_type.numpy()))
@@ -181,6 +174,6 @@ def qlinearmatmul_21(node: ir.Node, ctx: DowngradeContext) -> None:
     """
     for index in (1, 4, 6):
         scale = ctx.input(index)
-        if scale is not None and ctx.require_dtype(scale, "scale") in _HALF_TYPES:
-            node.replace_input_with(index, ctx.op("Cast", [scale], to=_FLOAT))
+        if scale is not None and ctx.require_dtype(scale, "scale") in HALF_TYPES:
+            node.replace_input_with(index, ctx.op("Cast", [scale], to=FLOAT))
     ctx.require_types_allowed_below()

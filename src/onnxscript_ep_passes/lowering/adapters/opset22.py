@@ -28,11 +28,11 @@ import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
+from onnxscript_ep_passes.lowering.adapters._common import FLOAT
 from onnxscript_ep_passes.lowering.context import DowngradeContext
 from onnxscript_ep_passes.lowering.registry import register_downgrade
 
 _BF16 = ir.DataType.BFLOAT16
-_FLOAT = ir.DataType.FLOAT
 
 
 def _through_float(
@@ -51,7 +51,7 @@ def _through_float(
     for index in cast_inputs:
         value = inputs[index]
         if value is not None:
-            inputs[index] = ctx.op("Cast", [value], to=_FLOAT)
+            inputs[index] = ctx.op("Cast", [value], to=FLOAT)
     attrs: dict[str, Any] = {a.name: a for a in node.attributes.values()}
     attrs.update(attributes)
     outputs = ctx.op_multi(
@@ -123,10 +123,10 @@ def eyelike_22(node: ir.Node, ctx: DowngradeContext) -> Sequence[ir.Value] | Non
         ctx.require_types_allowed_below()
         return None
     if in_type == _BF16:
-        value = ctx.op("Cast", [value], to=_FLOAT)
+        value = ctx.op("Cast", [value], to=FLOAT)
     k = ctx.attribute("k", 0)
     if out_type == _BF16:
-        eye = ctx.op("EyeLike", [value], k=k, dtype=_FLOAT)
+        eye = ctx.op("EyeLike", [value], k=k, dtype=FLOAT)
         return [ctx.op("Cast", [eye], to=_BF16)]
     return [ctx.op("EyeLike", [value], k=k, dtype=out_type)]
 
@@ -140,5 +140,5 @@ def dropout_22(node: ir.Node, ctx: DowngradeContext) -> None:
     """
     ratio = ctx.input(1)
     if ratio is not None and ctx.dtype_of(ratio) == _BF16:
-        node.replace_input_with(1, ctx.op("Cast", [ratio], to=_FLOAT))
+        node.replace_input_with(1, ctx.op("Cast", [ratio], to=FLOAT))
     ctx.require_types_allowed_below()

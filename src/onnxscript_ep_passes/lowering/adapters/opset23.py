@@ -18,10 +18,10 @@ from collections.abc import Sequence
 
 import onnx_ir as ir
 
+from onnxscript_ep_passes.lowering.adapters._common import FLOAT
 from onnxscript_ep_passes.lowering.context import DowngradeContext
 from onnxscript_ep_passes.lowering.registry import register_downgrade
 
-_FLOAT = ir.DataType.FLOAT
 _FLOAT_TYPES = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
 _FLOAT4 = ir.DataType.FLOAT4E2M1
 
@@ -51,7 +51,7 @@ def rotaryembedding_23(node: ir.Node, ctx: DowngradeContext) -> list[ir.Value | 
 
 def _widens(source: ir.DataType, target: ir.DataType) -> bool:
     """Whether converting ``source`` to ``target`` is exact for every value."""
-    return source == target or (target == _FLOAT and source in _FLOAT_TYPES)
+    return source == target or (target == FLOAT and source in _FLOAT_TYPES)
 
 
 @register_downgrade("DequantizeLinear", 23, kind="rewrite")
@@ -75,12 +75,12 @@ def dequantizelinear_23(node: ir.Node, ctx: DowngradeContext) -> Sequence[ir.Val
     if output_dtype == 0 or ir.DataType(output_dtype) == scale_type:
         return None
     out_type = ir.DataType(output_dtype)
-    if out_type != _FLOAT:
+    if out_type != FLOAT:
         ctx.refuse(
             f"output_dtype {out_type.name} differs from the {scale_type.name} scale: the "
             "product's precision is ambiguous when narrowed"
         )
-    node.replace_input_with(1, ctx.op("Cast", [scale], to=_FLOAT))
+    node.replace_input_with(1, ctx.op("Cast", [scale], to=FLOAT))
     return None
 
 

@@ -22,6 +22,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxscript_ep_passes.lowering import schemas
+from onnxscript_ep_passes.lowering.adapters._common import int64s, static_dim
 from onnxscript_ep_passes.lowering.context import DowngradeContext
 from onnxscript_ep_passes.lowering.registry import register_downgrade
 
@@ -59,10 +60,6 @@ def swish_24(node: ir.Node, ctx: DowngradeContext) -> list[ir.Value | None]:
 _MASK, _PAST_KEY, _PAST_VALUE, _NONPAD = 3, 4, 5, 6
 
 
-def _int64s(*values: int) -> np.ndarray:
-    return np.array(values, dtype=np.int64)
-
-
 def _same_dim(a: object, b: object) -> bool:
     """Whether two static dims are provably equal (equal ints, or one named symbol)."""
     if isinstance(a, int) and isinstance(b, int):
@@ -87,32 +84,24 @@ def _mask_covers_keys(mask: ir.Value, key: ir.Value, past_key: ir.Value | None) 
     return False
 
 
-def _static_dim(value: ir.Value, axis: int) -> int | None:
-    shape = value.shape
-    if shape is None or not -shape.rank() <= axis < shape.rank():
-        return None
-    dim = shape[axis]
-    return dim if isinstance(dim, int) else None
-
-
 def _seq_len(ctx: DowngradeContext, value: ir.Value) -> ir.Value:
     """Dim -2 of Q/K/past_key (the sequence axis in both the 3D and the 4D layout), as [1]."""
-    static = _static_dim(value, -2)
+    static = static_dim(value, -2)
     if static is not None:
-        return ctx.constant(_int64s(static))
+        return ctx.constant(int64s(static))
     return ctx.op("Shape", [value], start=-2, end=-1)
 
 
 def _arange(ctx: DowngradeContext, length: ir.Value) -> ir.Value:
     """``0, 1, ..., length - 1`` (int64) for a length given as a 1-element tensor."""
-    scalar = ctx.op("Squeeze", [length, ctx.constant(_int64s(0))])
+    scalar = ctx.op("Squeeze", [length, ctx.constant(int64s(0))])
     zero, one = ctx.constant(np.array(0, np.int64)), ctx.constant(np.array(1, np.int64))
     return ctx.op("Range", [zero, scalar, one])
 
 
 def _axis_positions(ctx: DowngradeContext, value: ir.Value, axis: int) -> ir.Value:
     """``0, 1, ..., n - 1`` for n = dim ``axis`` of ``value``; a constant when n is static."""
-    static = _static_dim(value, axis)
+    static = static_dim(value, axis)
     if static is not None:
         return ctx.constant(np.arange(static, dtype=np.int64))
     length = ctx.op("Shape", [value], start=axis, end=axis + 1 if axis != -1 else None)
@@ -128,8 +117,8 @@ def _pad_mask(
     else:
         fill = ctx.constant(np.array(-np.inf, dtype=dtype.numpy()))
     missing = ctx.op("Sub", [total, ctx.op("Shape", [mask], start=-1)])
-    pads = ctx.op("Concat", [ctx.constant(_int64s(0)), missing], axis=0)
-    return ctx.op("Pad", [mask, pads, fill, ctx.constant(_int64s(-1))], mode="constant")
+    pads = ctx.op("Concat", [ctx.constant(int64s(0)), missing], axis=0)
+    return ctx.op("Pad", [mask, pads, fill, ctx.constant(int64s(-1))], mode="constant")
 
 
 def _allowed_keys(
@@ -142,25 +131,25 @@ def _allowed_keys(
     Attention-24 uses for an external cache). Shape ``(batch, 1, q, kv)``.
     """
     columns = _axis_positions(ctx, key, -2)  # (kv,)
-    lengths = ctx.op("Unsqueeze", [nonpad, ctx.constant(_int64s(1))])  # (batch, 1)
+    lengths = ctx.op("Unsqueeze", [nonpad, ctx.constant(int64s(1))])  # (batch, 1)
     valid = ctx.op("Less", [columns, lengths])  # (batch, kv)
     q_len = _seq_len(ctx, query)
     if not causal:
         # Spelled out over the query axis too: ORT's Attention-23 kernel requires the
         # mask's dim -2 to equal q_sequence_length rather than broadcast from 1.
-        valid = ctx.op("Unsqueeze", [valid, ctx.constant(_int64s(1, 2))])
-        ones = ctx.constant(_int64s(1, 1))
-        rows_shape = ctx.op("Concat", [ones, q_len, ctx.constant(_int64s(1))], axis=0)
+        valid = ctx.op("Unsqueeze", [valid, ctx.constant(int64s(1, 2))])
+        ones = ctx.constant(int64s(1, 1))
+        rows_shape = ctx.op("Concat", [ones, q_len, ctx.constant(int64s(1))], axis=0)
         return ctx.op("Expand", [valid, rows_shape])  # (batch, 1, q, kv)
     rows = _axis_positions(ctx, query, -2)
-    rows = ctx.op("Unsqueeze", [rows, ctx.constant(_int64s(1))])  # (q, 1)
+    rows = ctx.op("Unsqueeze", [rows, ctx.constant(int64s(1))])  # (q, 1)
     offset = ctx.op("Sub", [nonpad, q_len])  # (batch,)
-    offset = ctx.op("Unsqueeze", [offset, ctx.constant(_int64s(1, 2))])  # (batch, 1, 1)
+    offset = ctx.op("Unsqueeze", [offset, ctx.constant(int64s(1, 2))])  # (batch, 1, 1)
     frontier = ctx.op("Add", [rows, offset])  # (batch, q, 1)
     before_frontier = ctx.op("LessOrEqual", [columns, frontier])  # (batch, q, kv)
-    valid = ctx.op("Unsqueeze", [valid, ctx.constant(_int64s(1))])  # (batch, 1, kv)
+    valid = ctx.op("Unsqueeze", [valid, ctx.constant(int64s(1))])  # (batch, 1, kv)
     allowed = ctx.op("And", [valid, before_frontier])  # (batch, q, kv)
-    return ctx.op("Unsqueeze", [allowed, ctx.constant(_int64s(1))])
+    return ctx.op("Unsqueeze", [allowed, ctx.constant(int64s(1))])
 
 
 @register_downgrade("Attention", 24, kind="rewrite")
@@ -254,9 +243,9 @@ _INT64_MAX = int(np.iinfo(np.int64).max)
 
 def _ones(ctx: DowngradeContext, shape: ir.Value, start: int, end: int) -> ir.Value:
     """As many int64 ones as ``shape[start:end]`` has entries."""
-    starts, ends = ctx.constant(_int64s(start)), ctx.constant(_int64s(end))
+    starts, ends = ctx.constant(int64s(start)), ctx.constant(int64s(end))
     count = ctx.op("Shape", [ctx.op("Slice", [shape, starts, ends])])
-    return ctx.op("ConstantOfShape", [count], value=ir.tensor(_int64s(1)))
+    return ctx.op("ConstantOfShape", [count], value=ir.tensor(int64s(1)))
 
 
 def _along_axis(ctx: DowngradeContext, vector: ir.Value, axis: int, like: ir.Value) -> ir.Value:
@@ -264,10 +253,10 @@ def _along_axis(ctx: DowngradeContext, vector: ir.Value, axis: int, like: ir.Val
     if like.shape is not None:
         rank = like.shape.rank()
         axes = [i for i in range(rank) if i != axis % rank]
-        return ctx.op("Unsqueeze", [vector, ctx.constant(_int64s(*axes))]) if axes else vector
+        return ctx.op("Unsqueeze", [vector, ctx.constant(int64s(*axes))]) if axes else vector
     # Rank unknown: the target shape is [1] * len(before) + [-1] + [1] * len(after).
     shape = ctx.op("Shape", [like])
-    parts = [_ones(ctx, shape, 0, axis), ctx.constant(_int64s(-1))]
+    parts = [_ones(ctx, shape, 0, axis), ctx.constant(int64s(-1))]
     if axis != -1:
         parts.append(_ones(ctx, shape, axis + 1, _INT64_MAX))
     return ctx.op("Reshape", [vector, ctx.op("Concat", parts, axis=0)])
@@ -315,9 +304,9 @@ def tensorscatter_24(node: ir.Node, ctx: DowngradeContext) -> list[ir.Value | No
     if write_indices is not None:
         index = ctx.op("Add", [_along_axis(ctx, write_indices, 0, update), index])
     if mode == "circular":
-        capacity = _static_dim(past, axis)
+        capacity = static_dim(past, axis)
         if capacity is not None:
-            modulus = ctx.constant(_int64s(capacity))
+            modulus = ctx.constant(int64s(capacity))
         else:
             modulus = ctx.op("Shape", [past], start=axis, end=axis + 1 if axis != -1 else None)
         index = ctx.op("Mod", [index, modulus])

@@ -11,6 +11,7 @@ __all__ = ["attention_25"]
 import numpy as np
 import onnx_ir as ir
 
+from onnxscript_ep_passes.lowering.adapters._common import static_dim
 from onnxscript_ep_passes.lowering.context import DowngradeContext
 from onnxscript_ep_passes.lowering.registry import register_downgrade
 
@@ -24,18 +25,6 @@ def _window_bound(ctx: DowngradeContext, name: str) -> int:
     if value < -1:
         ctx.refuse(f"attribute {name}={value} is invalid (must be -1 or nonnegative)")
     return value
-
-
-def _static_dim(value: ir.Value | None, index: int) -> int | None:
-    """The static size of dimension ``index`` of ``value``, or None when unknown."""
-    if value is None or value.shape is None:
-        return None
-    shape = value.shape
-    rank = len(shape)
-    if not -rank <= index < rank:
-        return None
-    dim = shape[index]
-    return dim if isinstance(dim, int) else None
 
 
 def _window_ok(
@@ -96,7 +85,7 @@ def _pad_to_total(
     static_total: int | None,
 ) -> ir.Value:
     """Pad (or cut) the mask's last axis to ``total``, as Attention does itself."""
-    if static_total is not None and _static_dim(mask, -1) == static_total:
+    if static_total is not None and static_dim(mask, -1) == static_total:
         return mask
     mask_len = ctx.op("Shape", [mask], start=-1)
     pads = ctx.op(
@@ -153,9 +142,9 @@ def attention_25(node: ir.Node, ctx: DowngradeContext) -> None:
                 "window bias has no defined value in an integer mask"
             )
     ok, total = _window_ok(ctx, left, right, query, key, past_key, nonpad)
-    static_total = _static_dim(key, -2)
+    static_total = static_dim(key, -2)
     if past_key is not None and static_total is not None:
-        past = _static_dim(past_key, -2)
+        past = static_dim(past_key, -2)
         static_total = None if past is None else static_total + past
     if mask is None:
         new_mask = ok

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import onnx
 import onnx_ir as ir
 
-from onnxscript_ep_passes.lowering import schemas
+from onnxscript_ep_passes.lowering import expansion, schemas
+from onnxscript_ep_passes.lowering.adapters._common import static_dim
 from onnxscript_ep_passes.lowering.context import DowngradeContext
 from onnxscript_ep_passes.lowering.expansion import function_body
 from onnxscript_ep_passes.lowering.registry import register_downgrade
@@ -43,19 +43,12 @@ def causalconvwithstate_27(node: ir.Node, ctx: DowngradeContext) -> list[ir.Valu
     known statically (from the input or the weight), as the Conv's ``group``.
     """
     x, weight = node.inputs[0], node.inputs[1]
-    if _static_dim(x, 1) is None and _static_dim(weight, 0) is None:
+    if static_dim(x, 1) is None and static_dim(weight, 0) is None:
         ctx.refuse(
             "the channel count is not static (input dim 1, weight dim 0): the function "
             "body's depthwise Conv needs it as its group attribute"
         )
     return ctx.expand_function()
-
-
-def _static_dim(value: ir.Value | None, index: int) -> int | None:
-    if value is None or value.shape is None or len(value.shape) <= index:
-        return None
-    dim = value.shape[index]
-    return dim if isinstance(dim, int) else None
 
 
 @register_downgrade("LinearAttention", 27, kind="expansion")
@@ -96,7 +89,7 @@ class _Inliner:
             ctx.version,
         )
         self.function = ir.serde.deserialize_function(proto)
-        self.attributes = _bound_attributes(ctx.node, ctx.version)
+        self.attributes = expansion.bound_attributes(ctx.node, ctx.version)
 
     def expand(self) -> list[ir.Value | None]:
         node = self.ctx.node
@@ -181,18 +174,6 @@ class _Inliner:
             mapping[formal] = (
                 stacked[0] if len(stacked) == 1 else self.op("Concat", stacked, axis=0)
             )
-
-
-def _bound_attributes(node: ir.Node, version: int) -> dict[str, ir.Attr]:
-    """The node's attributes, with the schema's defaults for those it does not set."""
-    bound = dict(node.attributes)
-    schema = schemas.get_schema(node.op_type, version, node.domain)
-    assert schema is not None
-    for name, attr_def in schema.attributes.items():
-        default = attr_def.default_value
-        if name not in bound and default.type != onnx.AttributeProto.UNDEFINED:
-            bound[name] = ir.serde.deserialize_attribute(default)
-    return bound
 
 
 @register_downgrade("Range", 27, kind="rewrite")
