@@ -139,6 +139,7 @@ class _Lowering:
         self.rewritten = 0
         self.journal = _Journal()
         self._dead: list[ir.Node] = []
+        self._dead_ids: set[int] = set()
         self._used_initializers: list[tuple[ir.Graph, ir.Value]] = []
 
     def scopes(self) -> list[_Scope]:
@@ -171,6 +172,7 @@ class _Lowering:
             assert node.graph is not None
             node.graph.remove(node, safe=True)
         self._dead.clear()
+        self._dead_ids.clear()
         # Initializers only the replaced nodes read are dropped (ORT warns about them).
         for graph, value in self._used_initializers:
             if not value.uses() and not value.is_graph_output() and not value.is_graph_input():
@@ -180,6 +182,7 @@ class _Lowering:
     def rollback(self) -> None:
         self.journal.rollback()
         self._dead.clear()
+        self._dead_ids.clear()
 
     def lower_node(self, node: ir.Node, opset: int, scope: str) -> None:
         start = schemas.since_version(node.op_type, opset, node.domain)
@@ -223,12 +226,30 @@ class _Lowering:
                     len(built),
                 )
             for new_node, new_opset in built:
-                if new_node.graph is not None and schemas.is_default_domain(new_node.domain):
-                    self.lower_node(new_node, new_opset, scope)
+                self._lower_built(new_node, new_opset, scope)
             if result is not None:
                 return
             assert previous is not None
             version = previous
+
+    def _lower_built(self, node: ir.Node, opset: int, scope: str) -> None:
+        """Lower a node an adapter built, and the nodes of the subgraphs it holds."""
+        inner = [
+            sub
+            for attr in node.attributes.values()
+            if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+            for graph in (
+                attr.as_graphs() if attr.type == ir.AttributeType.GRAPHS else [attr.as_graph()]
+            )
+            for sub in ir.traversal.RecursiveGraphIterator(graph)
+        ]
+        if node.graph is not None and schemas.is_default_domain(node.domain):
+            self.lower_node(node, opset, scope)
+        if id(node) in self._dead_ids:
+            return  # replaced: its subgraphs are gone with it
+        for sub in inner:
+            if sub.graph is not None and schemas.is_default_domain(sub.domain):
+                self.lower_node(sub, opset, scope)
 
     def _replace(
         self, node: ir.Node, values: Sequence[ir.Value | None], ctx: DowngradeContext
@@ -251,6 +272,7 @@ class _Lowering:
                 producer = new.producer()
             self._rewire(old, new, graph, rename=producer is not None and id(producer) in built)
         self._dead.append(node)
+        self._dead_ids.add(id(node))
 
     def _rewire(self, old: ir.Value, new: ir.Value, graph: ir.Graph, *, rename: bool) -> None:
         uses = list(old.uses())
