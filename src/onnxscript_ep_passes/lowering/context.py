@@ -8,7 +8,7 @@ types are inferred node by node, so later type rules can check them.
 
 from __future__ import annotations
 
-__all__ = ["DowngradeContext", "NodeRefusedError"]
+__all__ = ["DowngradeContext", "NodeNames", "NodeRefusedError"]
 
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -29,6 +29,34 @@ class NodeRefusedError(Exception):
         self.reason = reason
 
 
+class NodeNames:
+    """Hands out node names unused in a model (ORT refuses two nodes with one name)."""
+
+    def __init__(self, model_or_graph: ir.Model | ir.Graph | ir.Function | None = None) -> None:
+        self._used: set[str] = set()
+        self._next: dict[str, int] = {}
+        if model_or_graph is None:
+            return
+        graphs: list[ir.Graph | ir.Function]
+        if isinstance(model_or_graph, ir.Model):
+            graphs = [model_or_graph.graph, *model_or_graph.functions.values()]
+        else:
+            graphs = [model_or_graph]
+        for graph in graphs:
+            self._used.update(n.name for n in ir.traversal.RecursiveGraphIterator(graph) if n.name)
+
+    def fresh(self, base: str) -> str:
+        count = self._next.get(base, 0)
+        while True:
+            count += 1
+            name = f"{base}_{count}"
+            if name not in self._used:
+                break
+        self._next[base] = count
+        self._used.add(name)
+        return name
+
+
 class DowngradeContext:
     """The node being stepped down from schema ``version`` to schema ``previous``.
 
@@ -47,6 +75,7 @@ class DowngradeContext:
         previous: int | None,
         target_opset: int,
         oracle: TypeOracle,
+        names: NodeNames | None = None,
     ) -> None:
         self.node = node
         self.version = version
@@ -56,7 +85,7 @@ class DowngradeContext:
         self._oracle = oracle
         # Nodes built so far, each with the opset it is read at; the pass lowers them next.
         self.built: list[tuple[ir.Node, int]] = []
-        self._count = 0
+        self._names = names if names is not None else NodeNames(node.graph)
 
     # -- reading the node -------------------------------------------------------------
 
@@ -183,9 +212,8 @@ class DowngradeContext:
         return expand_function_body(self)
 
     def fresh_name(self, op_type: str) -> str:
-        self._count += 1
-        base = self.node.name or self.node.op_type
-        return f"{base}/lowered_{op_type}_{self._count}"
+        """A node name unused in the model, derived from the lowered node's."""
+        return self._names.fresh(f"{self.node.name or self.node.op_type}/lowered_{op_type}")
 
 
 def _omitted(output: ir.Value) -> bool:

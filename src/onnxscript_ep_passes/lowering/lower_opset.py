@@ -46,7 +46,7 @@ import onnx_ir as ir
 
 from onnxscript_ep_passes.errors import DowngradeError, Refusal
 from onnxscript_ep_passes.lowering import schemas
-from onnxscript_ep_passes.lowering.context import DowngradeContext, NodeRefusedError
+from onnxscript_ep_passes.lowering.context import DowngradeContext, NodeNames, NodeRefusedError
 from onnxscript_ep_passes.lowering.registry import DEFAULT_REGISTRY, AdapterRegistry
 from onnxscript_ep_passes.lowering.types import TypeOracle
 
@@ -135,6 +135,7 @@ class _Lowering:
         self.target = target
         self.registry = registry
         self.oracle = TypeOracle(model)
+        self.names = NodeNames(model)
         self.refusals: list[Refusal] = []
         self.rewritten = 0
         self.journal = _Journal()
@@ -199,7 +200,7 @@ class _Lowering:
                 reason = f"no adapter for this change ({diff.summary})"
                 self._refuse(node, start, version, reason, scope)
                 return
-            ctx = DowngradeContext(node, version, previous, self.target, self.oracle)
+            ctx = DowngradeContext(node, version, previous, self.target, self.oracle, self.names)
             if not entry.derived:
                 self.journal.snapshot_node(node)
             try:
