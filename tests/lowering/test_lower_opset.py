@@ -318,3 +318,26 @@ def test_initializers_only_replaced_nodes_read_are_dropped() -> None:
     x = np.random.default_rng(4).standard_normal((1, 4, 2)).astype(np.float32)
     lowered = assert_lowers_exactly(model, 19, {"x": x}, rtol=1e-5, atol=1e-5)
     assert {i.name for i in lowered.graph.initializer} == {"kept", "never_used"}
+
+
+def test_node_names_stay_unique_across_steps_and_runs() -> None:
+    # Each Swish expansion builds nodes named after the Swish; lowering 24 -> 23 and then
+    # 23 -> 18 in a second run must not reuse a name (ORT refuses duplicate node names).
+    model = make_model(
+        [
+            oh.make_node("Swish", ["x"], ["s"], name="act", alpha=0.5),
+            oh.make_node("Swish", ["s"], ["y"], name="act_2", alpha=2.0),
+        ],
+        [_vi("x")],
+        [_vi("y")],
+        24,
+    )
+    ir_model = ir.from_proto(model)
+    LowerOpsetPass(23)(ir_model)
+    LowerOpsetPass(18)(ir_model)
+    names = [n.name for n in ir.traversal.RecursiveGraphIterator(ir_model.graph)]
+    assert len(names) == len(set(names)), names
+    x = np.random.default_rng(5).standard_normal((2, 3)).astype(np.float32)
+    expected, _ = run_model(model, {"x": x})
+    actual, _ = run_model(ir.to_proto(ir_model), {"x": x})
+    np.testing.assert_allclose(actual[0], expected[0], rtol=1e-6, atol=1e-6)
