@@ -7,6 +7,15 @@ program then saves as usual (``program.save(path, external_data=True)``)::
     program = torch.onnx.export(model, args, dynamo=True, opset_version=24)
     lower_for_ep(program, ep="cuda")
     program.save("model.onnx", external_data=True)
+
+Rules:
+
+- Only ``program.model`` is touched, in place (the same ``onnx_ir.Model`` object, so the
+  program's ``save``, ``model_proto`` and ``__call__`` all see the lowered model).
+- When the model changed, an ONNX Runtime session the program had already cached (by an
+  earlier ``program(...)`` call) is released, so the next call runs the lowered model.
+- A refused lowering raises :class:`~onnxscript_ep_passes.DowngradeError` and leaves the
+  program as it was.
 """
 
 from __future__ import annotations
@@ -35,6 +44,13 @@ def _model_of(program: Any) -> ir.Model:
     return model
 
 
+def _model_changed(program: Any) -> None:
+    """Drop the ORT session ``program`` cached for the model it had before the change."""
+    release = getattr(program, "release", None)
+    if callable(release) and getattr(program, "_inference_session", None) is not None:
+        release()
+
+
 def lower_for_ep(
     program: _HasModel,
     ep: str,
@@ -42,12 +58,20 @@ def lower_for_ep(
     ort_version: str | None = None,
     target_opset: int | None = None,
 ) -> EpLoweringChoice | None:
-    """Lower ``program.model`` in place to the opset best for ``ep``; return the choice."""
+    """Lower ``program.model`` in place to the opset best for ``ep``; return the choice.
+
+    Returns None for the CPU EP (nothing to lower). See
+    :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass` for the arguments.
+    """
     lowering = LowerOpsetForEpPass(ep, ort_version, target_opset)
-    lowering(_model_of(program))
+    if lowering(_model_of(program)).modified:
+        _model_changed(program)
     return lowering.last_choice
 
 
 def lower_program_opset(program: _HasModel, target_opset: int) -> bool:
     """Lower ``program.model`` in place to ``target_opset``; True if it changed."""
-    return LowerOpsetPass(target_opset)(_model_of(program)).modified
+    modified = LowerOpsetPass(target_opset)(_model_of(program)).modified
+    if modified:
+        _model_changed(program)
+    return modified
