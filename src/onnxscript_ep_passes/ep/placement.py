@@ -64,9 +64,10 @@ __all__ = [
 
 import collections
 import dataclasses
+import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import onnx
 import onnx.defs
@@ -74,7 +75,7 @@ import onnx.helper
 import onnx.shape_inference
 import onnx_ir as ir
 
-from onnxscript_ep_passes.ep.kernel_table import KernelTable, normalize_domain
+from onnxscript_ep_passes.ep.kernel_table import KernelTable, live_table, normalize_domain
 from onnxscript_ep_passes.ep.traits import EpTraits, traits_for
 
 logger = logging.getLogger(__name__)
@@ -342,6 +343,62 @@ def _get_schema(op: str, opset: int, domain: str) -> onnx.defs.OpSchema | None:
         return None
 
 
+@functools.lru_cache(maxsize=1)
+def _cpu_table() -> KernelTable | None:
+    """The installed ORT's CPU kernels (which ops ORT must inline instead of running)."""
+    try:
+        return live_table("CPUExecutionProvider")
+    except Exception as error:  # no live listing: assume CPU runs everything
+        logger.debug("no live CPU kernel table: %s", error)
+        return None
+
+
+def _schema_body(
+    node: ir.Node, schema: onnx.defs.OpSchema, dtypes: Sequence[str | None]
+) -> ir.Function | None:
+    """The ONNX function body of ``node``'s schema, as ORT would inline it, or None.
+
+    ``dtypes`` are the input types (``tensor(float)``) known to the builder.
+    """
+    version = schema.since_version
+    defs: Any = schema
+    try:
+        if defs.has_function:
+            data = defs.get_function_with_opset_version(version)
+        elif defs.has_context_dependent_function:
+            types: list[bytes] = []
+            for value, dtype in zip(node.inputs, dtypes):
+                proto = onnx.TypeProto()
+                if value is not None:
+                    known = _type_proto(dtype) if dtype else None
+                    if known is None:
+                        return None
+                    proto.CopyFrom(known)
+                    if value.shape is not None and proto.HasField("tensor_type"):
+                        ir.serde.serialize_shape_into(proto, value.shape)
+                types.append(proto.SerializeToString())
+            data = defs.get_context_dependent_function_with_opset_version(
+                version, ir.serde.serialize_node(node).SerializeToString(), types
+            )
+        else:
+            return None
+        function = onnx.FunctionProto()
+        function.ParseFromString(data)
+    except Exception as error:
+        logger.debug("no function body for %s: %s", node.op_type, error)
+        return None
+    built = {name for inner in function.node for name in inner.output} | set(function.input)
+    outputs = [name if name in built else "" for name in function.output]
+    while outputs and not outputs[-1]:
+        outputs.pop()
+    if not function.node or "" in outputs:
+        return None
+    del function.output[:]
+    function.output.extend(outputs)
+    function.name = function.name or node.op_type
+    return ir.serde.deserialize_function(function)
+
+
 def _tensor_size(tensor: ir.TensorProtocol | None) -> int | None:
     if tensor is None:
         return None
@@ -456,6 +513,10 @@ class _Builder:
             opset = opsets.get(domain, 1)
             schema = _get_schema(node.op_type, opset, domain)
             since = schema.since_version if schema is not None else opset
+            body = self._body_ort_inlines(node, domain, schema, inputs)
+            if body is not None:
+                self._inline(node, body, inputs, scope, env, outer, prefix, fn_scope, opsets)
+                continue
             flat = _Node(
                 name=prefix + (node.name or ""),
                 op_type=node.op_type,
@@ -489,6 +550,23 @@ class _Builder:
                 elif attr.type == ir.AttributeType.GRAPHS:
                     for k, g in enumerate(attr.as_graphs()):
                         self._subgraph(g, opsets, scope, env, outer, flat, f"{attr.name}[{k}]")
+
+    def _body_ort_inlines(
+        self,
+        node: ir.Node,
+        domain: str,
+        schema: onnx.defs.OpSchema | None,
+        inputs: Sequence[_Val | None],
+    ) -> ir.Function | None:
+        """The schema's function body when ORT inlines it: no EP, CPU included, has a kernel."""
+        if domain != "" or schema is None:
+            return None
+        if self.table.match(domain, node.op_type, schema.since_version) is not None:
+            return None
+        cpu = _cpu_table()
+        if cpu is None or cpu.match(domain, node.op_type, schema.since_version) is not None:
+            return None
+        return _schema_body(node, schema, [None if v is None else v.dtype for v in inputs])
 
     def _subgraph(
         self,
