@@ -5,24 +5,37 @@ Rules:
 * Models are loaded with onnx-ir, whose external-data tensors stay memory-mapped.
 * A model is saved with external data when its source had external data or when its
   initializers are too large for one protobuf (2 GB); the data file is named after the
-  output (``OUT.onnx.data``), next to it. Tensors stream from the source file to the
-  new one; the source is never overwritten while it is mapped.
+  output (``OUT.onnx.data``), next to it.
+* Lowering never changes a weight. When every large tensor of the model still lives in
+  one external data file (the input's), that file is copied whole to the output's data
+  file (a reflink where the file system supports it, else one kernel-side copy; never a
+  hard link, which onnx refuses) and only the graph is serialized, its external
+  references pointing at the new file, at the same offsets. ``weights="rewrite"`` writes
+  every tensor anew through onnx-ir instead (the output then holds only the tensors it
+  uses).
+* The source data file is never overwritten while it is mapped.
 """
 
 from __future__ import annotations
 
-__all__ = ["has_external_data", "load_model", "save_model"]
+__all__ = ["WeightsMode", "has_external_data", "load_model", "save_model"]
 
 import logging
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
+import onnx
 import onnx_ir as ir
 
 logger = logging.getLogger(__name__)
 
-_PROTOBUF_LIMIT = 2**31 - 1
-_INLINE_WEIGHTS_LIMIT = 1_800_000_000  # leave room for the graph itself
+_INLINE_WEIGHTS_LIMIT = 1_800_000_000  # leave room for the graph itself in 2 GB
+_INLINE_TENSOR_LIMIT = 1024  # bytes: in-memory tensors up to this stay in the proto
+
+WeightsMode = Literal["copy_file", "rewrite"]
 
 
 def load_model(path: str | os.PathLike[str]) -> ir.Model:
@@ -30,15 +43,80 @@ def load_model(path: str | os.PathLike[str]) -> ir.Model:
     return ir.load(path)
 
 
-def _tensors(model: ir.Model) -> list[ir.TensorProtocol]:
-    tensors: list[ir.TensorProtocol] = []
-    for graph in (model.graph, *model.graph.subgraphs()):
-        tensors.extend(v.const_value for v in graph.initializers.values() if v.const_value)
-    return tensors
+def _graphs(model: ir.Model) -> Iterator[ir.Graph]:
+    yield model.graph
+    yield from model.graph.subgraphs()
+
+
+def _initializer_tensors(model: ir.Model) -> list[ir.TensorProtocol]:
+    return [
+        value.const_value
+        for graph in _graphs(model)
+        for value in graph.initializers.values()
+        if value.const_value is not None
+    ]
 
 
 def has_external_data(model: ir.Model) -> bool:
-    return any(isinstance(t, ir.ExternalTensor) for t in _tensors(model))
+    return any(isinstance(t, ir.ExternalTensor) for t in _initializer_tensors(model))
+
+
+def _single_source(tensors: list[ir.TensorProtocol]) -> Path | None:
+    """The one data file holding every large tensor, or None when there is no such file."""
+    sources: set[Path] = set()
+    for tensor in tensors:
+        if isinstance(tensor, ir.ExternalTensor):
+            sources.add(Path(tensor.base_dir) / tensor.location)
+        elif tensor.nbytes > _INLINE_TENSOR_LIMIT:
+            return None  # an in-memory weight must be written
+    return next(iter(sources)) if len(sources) == 1 else None
+
+
+_FICLONE = 0x40049409  # Linux ioctl: share the extents of another file (btrfs, xfs)
+
+
+def _clone_or_copy(source: Path, target: Path) -> None:
+    """Copy ``source`` to ``target``: a reflink where the file system has them, else a
+    kernel-side copy. Never a hard link: onnx refuses external data with several links."""
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        import fcntl
+
+        with open(source, "rb") as src, open(tmp, "wb") as dst:
+            fcntl.ioctl(dst.fileno(), _FICLONE, src.fileno())
+    except (ImportError, OSError):
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+
+
+def _save_with_copied_file(model: ir.Model, out: Path, source: Path) -> None:
+    data_name = out.name + ".data"
+    proto = ir.serde.serialize_model(model)
+    location = {"location": data_name}
+    for graph in _proto_graphs(proto.graph):
+        for tensor in graph.initializer:
+            if tensor.data_location == onnx.TensorProto.EXTERNAL:
+                for entry in tensor.external_data:
+                    if entry.key in location:
+                        entry.value = location[entry.key]
+    target = out.parent / data_name
+    if target.exists() and target.resolve() == source.resolve():
+        pass  # the output's data file is the source itself (same path)
+    else:
+        _clone_or_copy(source, target)
+    out.write_bytes(proto.SerializeToString())
+
+
+def _proto_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _proto_graphs(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    yield from _proto_graphs(sub)
 
 
 def save_model(
@@ -46,23 +124,32 @@ def save_model(
     path: str | os.PathLike[str],
     *,
     external_data: bool | None = None,
+    weights: WeightsMode = "copy_file",
 ) -> None:
     """Save ``model`` to ``path``; with external data when needed (see module docstring)."""
     out = Path(path)
+    tensors = _initializer_tensors(model)
+    external = any(isinstance(t, ir.ExternalTensor) for t in tensors)
     if external_data is None:
-        weight_bytes = sum(t.nbytes for t in _tensors(model))
-        external_data = has_external_data(model) or weight_bytes > _INLINE_WEIGHTS_LIMIT
+        external_data = external or sum(t.nbytes for t in tensors) > _INLINE_WEIGHTS_LIMIT
     if not external_data:
         ir.save(model, out)
         return
-    data_name = out.name + ".data"
-    for tensor in _tensors(model):
-        if isinstance(tensor, ir.ExternalTensor):
-            source = Path(tensor.base_dir) / tensor.location
-            if source.resolve() == (out.parent / data_name).resolve():
-                raise ValueError(
-                    f"refusing to overwrite '{source}', which holds the weights being saved; "
-                    "choose another output path"
-                )
-    logger.debug("saving %s with external data %s", out, data_name)
-    ir.save(model, out, external_data=data_name)
+    data_path = (out.parent / (out.name + ".data")).resolve()
+    source = _single_source(tensors) if weights == "copy_file" else None
+    if source is not None:
+        logger.debug("saving %s; weights copied whole from %s", out, source)
+        _save_with_copied_file(model, out, source)
+        return
+    sources = {
+        (Path(t.base_dir) / t.location).resolve()
+        for t in tensors
+        if isinstance(t, ir.ExternalTensor)
+    }
+    if data_path in sources:
+        raise ValueError(
+            f"refusing to overwrite '{data_path}', which holds the weights being saved; "
+            "choose another output path"
+        )
+    logger.debug("saving %s with external data %s", out, data_path.name)
+    ir.save(model, out, external_data=data_path.name)

@@ -33,27 +33,35 @@ class NodeNames:
     """Hands out node names unused in a model (ORT refuses two nodes with one name)."""
 
     def __init__(self, model_or_graph: ir.Model | ir.Graph | ir.Function | None = None) -> None:
-        self._used: set[str] = set()
+        self._source = model_or_graph
+        self._used: set[str] | None = None  # read on the first fresh(): most runs need none
         self._next: dict[str, int] = {}
-        if model_or_graph is None:
-            return
-        graphs: list[ir.Graph | ir.Function]
-        if isinstance(model_or_graph, ir.Model):
-            graphs = [model_or_graph.graph, *model_or_graph.functions.values()]
-        else:
-            graphs = [model_or_graph]
-        for graph in graphs:
-            self._used.update(n.name for n in ir.traversal.RecursiveGraphIterator(graph) if n.name)
+
+    def _names_in_use(self) -> set[str]:
+        if self._used is None:
+            self._used = set()
+            source = self._source
+            graphs: list[ir.Graph | ir.Function] = []
+            if isinstance(source, ir.Model):
+                graphs = [source.graph, *source.functions.values()]
+            elif source is not None:
+                graphs = [source]
+            for graph in graphs:
+                self._used.update(
+                    n.name for n in ir.traversal.RecursiveGraphIterator(graph) if n.name
+                )
+        return self._used
 
     def fresh(self, base: str) -> str:
+        used = self._names_in_use()
         count = self._next.get(base, 0)
         while True:
             count += 1
             name = f"{base}_{count}"
-            if name not in self._used:
+            if name not in used:
                 break
         self._next[base] = count
-        self._used.add(name)
+        used.add(name)
         return name
 
 
