@@ -93,14 +93,18 @@ def export_program(kind: str, opset: int, attention: str = "sdpa") -> Any:
     if kind == "cnn":
         module, args, names = _cnn(), (torch.randn(2, 3, 16, 16),), ["x"]
     else:
-        module, args, names = _decoder(kind, attention), (torch.randint(0, 128, (1, SEQ)),), ["input_ids"]
+        module, args, names = (
+            _decoder(kind, attention),
+            (torch.randint(0, 128, (1, SEQ)),),
+            ["input_ids"],
+        )
     program = torch.onnx.export(
         module, args, dynamo=True, opset_version=opset, input_names=names, verbose=False
     )
     return program
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cached(kind: str, opset: int, attention: str) -> bytes:
     return export_program(kind, opset, attention).model_proto.SerializeToString()
 

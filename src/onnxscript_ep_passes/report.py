@@ -3,13 +3,23 @@
 :func:`placement_report` returns a plain dict (the ``report --json`` format)::
 
     {"ep", "ort_version", "table_source", "chosen_opset", "blocked",
+     "candidates": {opset: {"fallback", "memcpy"}},
+     "legalized": bool,
+     "legalized_candidates": {opset: {"fallback", "memcpy", "expanded"}},
+     "decisions": [{"node", "op_type", "domain", "since_version", "opset",
+                    "decision": "lower" | "ep_equivalent" | "expand" | "cpu", "reason"}],
      "before": {"opset", "memcpy", "nodes": [{"name", "op_type", "domain",
                 "since_version", "placement": "ep" | "cpu", "reason"}]},
      "after": {same keys}}
 
 Node names are as in the model (inlined function nodes as ORT names them). Nodes that ORT
 keeps on CPU on purpose (small shape computations) carry ``"shape_computation": true``
-and are not counted as fallback.
+and are not counted as fallback. ``candidates`` are the plain opset lowerings;
+``legalized_candidates`` the legalized variants that differ from them (see
+:mod:`~onnxscript_ep_passes.passes.legalize`), with the number of nodes each expands;
+``legalized`` tells whether the chosen one (``after``) is legalized. ``decisions`` has one
+entry per node that falls back at the source or at the chosen opset: what the pass does
+about it and why.
 """
 
 from __future__ import annotations
@@ -54,10 +64,14 @@ def placement_report(
     ort_version: str | None = None,
     target_opset: int | None = None,
     table: KernelTable | None = None,
+    legalize: bool = True,
 ) -> dict[str, Any]:
-    """Predicted placement before and after lowering for ``ep`` (the model is not changed)."""
+    """Predicted placement before and after lowering for ``ep`` (the model is not changed).
+
+    ``legalize`` as for :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass`.
+    """
     table = table or get_table(canonical_ep_name(ep), ort_version)
-    choice = choose_target_opset(model, table, target_opset=target_opset)
+    choice = choose_target_opset(model, table, target_opset=target_opset, legalize=legalize)
     return {
         "ep": table.ep,
         "ort_version": table.ort_version,
@@ -68,6 +82,16 @@ def placement_report(
             str(opset): {"fallback": len(p.fallback_nodes), "memcpy": p.memcpy}
             for opset, p in sorted(choice.predictions.items(), reverse=True)
         },
+        "legalized": choice.legalized,
+        "legalized_candidates": {
+            str(opset): {
+                "fallback": len(p.fallback_nodes),
+                "memcpy": p.memcpy,
+                "expanded": len(choice.plan.get(opset, ())),
+            }
+            for opset, p in sorted(choice.legalized_predictions.items(), reverse=True)
+        },
+        "decisions": [d.to_dict() for d in choice.decisions],
         "before": _side(choice.source_opset, choice.before),
         "after": _side(choice.chosen_opset, choice.after),
     }
@@ -100,14 +124,39 @@ def format_report(report: dict[str, Any]) -> str:
             f"{o}: {c['fallback']}, {c['memcpy']}" for o, c in report["candidates"].items()
         ),
     ]
+    legalized = report.get("legalized_candidates") or {}
+    if legalized:
+        lines.append(
+            "legalized candidates (opset: fallback nodes, Memcpy, nodes expanded): "
+            + ", ".join(
+                f"{o}: {c['fallback']}, {c['memcpy']}, {c['expanded']}"
+                for o, c in legalized.items()
+            )
+        )
     if report["blocked"]:
         lines.append("lowest reachable opset is limited by:")
         lines.extend(f"    {line}" for line in report["blocked"].splitlines()[1:])
     for title in ("before", "after"):
         side = report[title]
+        legal = " (legalized)" if title == "after" and report.get("legalized") else ""
         lines.append(
-            f"{title}: opset {side['opset']}, {side['fallback']} fallback nodes, "
+            f"{title}: opset {side['opset']}{legal}, {side['fallback']} fallback nodes, "
             f"~{side['memcpy']} Memcpy nodes"
         )
         lines.extend(_op_table(side))
+    decisions = report.get("decisions") or []
+    if decisions:
+        lines.append("decisions for the nodes the EP cannot run (node (op): decision: why):")
+        lines.extend(_decision_lines(decisions))
     return "\n".join(lines)
+
+
+def _decision_lines(decisions: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for d in decisions:
+        op = f"{d['domain']}::{d['op_type']}" if d["domain"] else d["op_type"]
+        version = f"-{d['since_version']}" if d["since_version"] is not None else ""
+        lines.append(
+            f"    {d['node'] or '<unnamed>'} ({op}{version}): {d['decision']}: {d['reason']}"
+        )
+    return lines

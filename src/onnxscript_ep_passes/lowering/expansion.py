@@ -11,30 +11,45 @@ Rules:
 * The body's nodes are inserted where the node stood and are read at the body's opset;
   the pass then lowers each of them to the target, so an expansion succeeds only when
   every op of the body can itself be lowered, recursively.
+* :func:`expand_node` expands one node in place *at the model's opset* (no lowering): it
+  takes the newest body ONNX writes for an opset not above the model's, and keeps it only
+  when every body node means the same at the model's opset as at the body's (each schema
+  step in between only widens types, or only adds an input or attribute whose absence
+  keeps the old meaning, see ``_COMPATIBLE_STEPS``). Otherwise it refuses and the model
+  is left unchanged.
 """
 
 from __future__ import annotations
 
-__all__ = ["bound_attributes", "expand_function_body", "function_body"]
+__all__ = [
+    "bound_attributes",
+    "expand_function_body",
+    "expand_node",
+    "function_body",
+    "function_body_version",
+]
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import onnx
 import onnx_ir as ir
 
 from onnxscript_ep_passes.lowering import schemas
+from onnxscript_ep_passes.lowering.context import DowngradeContext, NodeRefusedError
+from onnxscript_ep_passes.lowering.types import TypeOracle
 
-if TYPE_CHECKING:
-    from onnxscript_ep_passes.lowering.context import DowngradeContext
 
+def function_body(ctx: DowngradeContext, body_version: int | None = None) -> onnx.FunctionProto:
+    """The FunctionProto ONNX defines for ``ctx.node`` at its schema version.
 
-def function_body(ctx: DowngradeContext) -> onnx.FunctionProto:
-    """The FunctionProto ONNX defines for ``ctx.node`` at its schema version."""
+    ``body_version`` asks for the body ONNX writes for that opset instead (see
+    :func:`function_body_version`); by default, the one for the schema's since_version.
+    """
     node = ctx.node
     schema: Any = schemas.get_schema(node.op_type, ctx.version, node.domain)
     if schema is None:
         ctx.refuse(f"no schema for {node.op_type}-{ctx.version}")
-    version = ctx.version
+    version = ctx.version if body_version is None else body_version
     if schema.has_function:
         body = schema.get_function_with_opset_version(version)
     elif schema.has_context_dependent_function:
@@ -99,13 +114,18 @@ def bound_attributes(node: ir.Node, version: int) -> dict[str, ir.Attr]:
     return bound
 
 
-def expand_function_body(ctx: DowngradeContext) -> list[ir.Value | None]:
-    """Insert the node's function body before it; return the values for its outputs."""
+def expand_function_body(
+    ctx: DowngradeContext, body_version: int | None = None
+) -> list[ir.Value | None]:
+    """Insert the node's function body before it; return the values for its outputs.
+
+    ``body_version``: as for :func:`function_body`.
+    """
     node = ctx.node
-    proto = function_body(ctx)
+    proto = function_body(ctx, body_version)
     body_opset = next(
         (o.version for o in proto.opset_import if schemas.is_default_domain(o.domain)),
-        ctx.version,
+        ctx.version if body_version is None else body_version,
     )
     function = ir.serde.deserialize_function(proto)
     attributes = bound_attributes(node, ctx.version)
@@ -137,3 +157,141 @@ def expand_function_body(ctx: DowngradeContext) -> list[ir.Value | None]:
             mapping[old] = out
         ctx.insert(new, body_opset)
     return [mapping.get(out) for out in function.outputs[: len(node.outputs)]]
+
+
+# Schema steps that add an optional input or an attribute whose default (used when the
+# node does not set it) keeps the previous meaning for every type the previous schema
+# allowed: a node written against the older schema means the same after the step.
+_COMPATIBLE_STEPS = frozenset(
+    {
+        ("Attention", 24),  # + optional input nonpad_kv_seqlen
+        ("Attention", 25),  # + left/right_window_size, default -1: no window
+        ("AveragePool", 19),  # + dilations, default 1
+        ("Cast", 19),  # + saturate: only float8 targets
+        ("Cast", 24),  # + round_mode: only float8e8m0 targets
+        ("CastLike", 19),
+        ("CastLike", 24),
+        ("Split", 18),  # + num_outputs, unset: split input or equal parts as before
+    }
+)
+
+
+def function_body_version(op_type: str, opset: int, domain: str = "") -> int | None:
+    """The opset of the newest ONNX function body of ``op_type`` usable at ``opset``.
+
+    None when the op's schema at ``opset`` defines no function body.
+    """
+    schema: Any = schemas.get_schema(op_type, opset, domain)
+    if schema is None:
+        return None
+    versions = [
+        *schema.function_opset_versions,
+        *schema.context_dependent_function_opset_versions,
+    ]
+    usable = [v for v in versions if v <= opset]
+    return max(usable) if usable else None
+
+
+def _meaning_kept(node: ir.Node, body_opset: int, opset: int) -> str | None:
+    """Why ``node``, written at ``body_opset``, may mean something else at ``opset`` (or None)."""
+    if not schemas.is_default_domain(node.domain) or body_opset >= opset:
+        return None
+    low = schemas.since_version(node.op_type, body_opset, node.domain)
+    high = schemas.since_version(node.op_type, opset, node.domain)
+    if low is None or high is None:
+        return f"{node.op_type} has no schema at opset {body_opset} or {opset}"
+    version = high
+    while version > low:
+        diff = schemas.step_diff(node.op_type, version, node.domain)
+        widened = diff.kind == "type_only" and not any("removed" in d for d in diff.details)
+        if not widened and (node.op_type, version) not in _COMPATIBLE_STEPS:
+            return (
+                f"{node.op_type}-{version} changed more than types ({diff.summary}): the body "
+                f"written at opset {body_opset} cannot be read at opset {opset}"
+            )
+        if diff.previous is None:
+            break
+        version = diff.previous
+    return None
+
+
+class _InPlaceExpansion(DowngradeContext):
+    """A context that names the body's nodes ``<node>/expanded_<op>_<n>``."""
+
+    def fresh_name(self, op_type: str) -> str:
+        return self._names.fresh(f"{self.node.name or self.node.op_type}/expanded_{op_type}")
+
+
+def expand_node(
+    model: ir.Model,
+    node: ir.Node,
+    opset: int | None = None,
+    *,
+    oracle: TypeOracle | None = None,
+) -> list[ir.Node]:
+    """Replace ``node`` in place by its ONNX function body, at the model's opset.
+
+    Args:
+        model: The model holding ``node`` (its main graph or a subgraph).
+        node: An ai.onnx node whose schema has a function body.
+        opset: The ai.onnx opset ``node`` is read at; default: the model's.
+        oracle: Types of values that declare none (built from ``model`` when not given).
+
+    Returns:
+        The nodes inserted, in graph order. Outputs of the node keep their names.
+
+    Raises:
+        NodeRefusedError: no body, a body that needs an unknown input type, a body node
+            whose meaning differs at ``opset``, or an output the body does not build.
+            The model is then unchanged.
+    """
+    graph = node.graph
+    if graph is None:
+        raise ValueError(f"node '{node.name}' is not in a graph")
+    if opset is None:
+        opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+        if opset is None:
+            raise ValueError("the model imports no ai.onnx opset")
+    since = schemas.since_version(node.op_type, opset, node.domain)
+    if since is None:
+        raise NodeRefusedError(f"no ONNX schema for {node.op_type} at opset {opset}")
+    body_version = function_body_version(node.op_type, opset, node.domain)
+    if body_version is None:
+        raise NodeRefusedError(f"{node.op_type}-{since} has no ONNX function body")
+    previous = schemas.since_version(node.op_type, since - 1, node.domain) if since > 1 else None
+    ctx = _InPlaceExpansion(node, since, previous, opset, oracle or TypeOracle(model))
+    try:
+        values = expand_function_body(ctx, body_version)
+        for built, built_opset in ctx.built:
+            problem = _meaning_kept(built, built_opset, opset)
+            if problem is not None:
+                ctx.refuse(problem)
+        built_ids = {id(n) for n, _ in ctx.built}
+        replacements: list[tuple[ir.Value, ir.Value]] = []
+        for index, old in enumerate(node.outputs):
+            new = values[index] if index < len(values) else None
+            if new is None:
+                if old.uses() or old.is_graph_output():
+                    ctx.refuse(f"the body of {node.op_type} gives no value for output {index}")
+                continue
+            producer = new.producer()
+            if producer is None or id(producer) not in built_ids:
+                # An output that is a body input or constant gets a node of its own.
+                new = ctx.op("Identity", [new], opset=opset)
+            replacements.append((old, new))
+    except NodeRefusedError:
+        for built, _ in reversed(ctx.built):
+            if built.graph is not None:
+                built.graph.remove(built, safe=False)
+        raise
+    for old, new in replacements:
+        name = old.name
+        if new.type is None:
+            new.type = old.type
+        if new.shape is None:
+            new.shape = old.shape
+        ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
+        old.name = None
+        new.name = name
+    graph.remove(node, safe=True)
+    return [n for n, _ in ctx.built]
