@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnx.helper as oh
+import pytest
 from onnx import TensorProto, numpy_helper
 
 from onnxscript_ep_passes.cli import main
@@ -197,3 +198,27 @@ def test_lower_for_cpu_is_a_noop_and_explicit_target_wins(tmp_path: Path) -> Non
 def test_report_unknown_ep_is_an_error(tmp_path: Path) -> None:
     path = _opset24_decoder_like(tmp_path)
     assert main(["report", str(path), "--ep", "NoSuchExecutionProvider"]) == 1
+
+
+def test_report_webgpu_live_table_with_and_without_legalization(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], webgpu: None
+) -> None:
+    import json
+
+    from tests.torch_models import export_proto
+
+    path = tmp_path / "llama24.onnx"
+    onnx.save(export_proto("llama", 24), path)
+    reports = {}
+    for flag in ([], ["--no-legalize"]):
+        assert main(["-q", "report", str(path), "--ep", "webgpu", "--json", *flag]) == 0
+        reports[bool(flag)] = json.loads(capsys.readouterr().out)
+    plain, legalized = reports[True], reports[False]
+    assert plain["table_source"] == "live:get_registered_ep_kernel_defs"
+    # WebGPU has no ai.onnx Attention kernel at any opset: only expansion moves it.
+    assert {n["op_type"] for n in plain["after"]["nodes"] if n["placement"] == "cpu"} >= {
+        "Attention"
+    }
+    assert plain["after"]["memcpy"] > 0
+    assert legalized["after"]["memcpy"] == 0
+    assert any(d["decision"] == "expand" for d in legalized["decisions"])

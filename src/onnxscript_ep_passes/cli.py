@@ -1,7 +1,8 @@
 """Command line: ``onnxscript-ep-passes lower|report`` (or ``python -m onnxscript_ep_passes``).
 
 - ``lower IN -o OUT --target-opset N``: lower exactly to opset N.
-- ``lower IN -o OUT --ep NAME [--ort-version V]``: lower to the opset best for that EP.
+- ``lower IN -o OUT --ep NAME [--ort-version V] [--no-legalize]``: lower to the opset
+  best for that EP, expanding nodes it cannot run at any opset when that helps.
 - ``report IN --ep NAME [--ort-version V] [--json]``: per op type, nodes on the EP and on
   CPU (with reasons) before and after the chosen lowering, and predicted Memcpy counts.
 
@@ -49,6 +50,11 @@ def _build_parser() -> argparse.ArgumentParser:
     lower.add_argument("--ep", help="pick the opset best for this EP (webgpu, cuda, dml, ...)")
     lower.add_argument("--ort-version", help="the ORT release the model will run on")
     lower.add_argument(
+        "--no-legalize",
+        action="store_true",
+        help="with --ep: only choose the opset; never expand nodes the EP cannot run",
+    )
+    lower.add_argument(
         "--external-data",
         choices=("auto", "always", "never"),
         default="auto",
@@ -67,6 +73,9 @@ def _build_parser() -> argparse.ArgumentParser:
     report.add_argument("--ort-version", help="the ORT release (default: the installed one)")
     report.add_argument("--target-opset", type=int, help="evaluate this opset, not the best")
     report.add_argument("--json", action="store_true", help="print one JSON object")
+    report.add_argument(
+        "--no-legalize", action="store_true", help="only choose the opset; expand nothing"
+    )
     return parser
 
 
@@ -82,7 +91,9 @@ def _lower(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     lowering: ir.passes.InPlacePass
     if args.ep is not None:
-        lowering = LowerOpsetForEpPass(args.ep, args.ort_version, args.target_opset)
+        lowering = LowerOpsetForEpPass(
+            args.ep, args.ort_version, args.target_opset, legalize=not args.no_legalize
+        )
     else:
         lowering = LowerOpsetPass(args.target_opset)
     try:
@@ -100,7 +111,11 @@ def _report(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     try:
         result = placement_report(
-            model, args.ep, ort_version=args.ort_version, target_opset=args.target_opset
+            model,
+            args.ep,
+            ort_version=args.ort_version,
+            target_opset=args.target_opset,
+            legalize=not args.no_legalize,
         )
     except DowngradeError as error:
         sys.stderr.write(f"{error}\n")
