@@ -30,6 +30,8 @@ from typing import Literal
 import onnx
 import onnx_ir as ir
 
+from onnxscript_ep_passes._proto import iter_graphs
+
 logger = logging.getLogger(__name__)
 
 _INLINE_WEIGHTS_LIMIT = 1_800_000_000  # leave room for the graph itself in 2 GB
@@ -94,7 +96,7 @@ def _save_with_copied_file(model: ir.Model, out: Path, source: Path) -> None:
     data_name = out.name + ".data"
     proto = ir.serde.serialize_model(model)
     location = {"location": data_name}
-    for graph in _proto_graphs(proto.graph):
+    for graph in iter_graphs(proto.graph):
         for tensor in graph.initializer:
             if tensor.data_location == onnx.TensorProto.EXTERNAL:
                 for entry in tensor.external_data:
@@ -106,17 +108,6 @@ def _save_with_copied_file(model: ir.Model, out: Path, source: Path) -> None:
     else:
         _clone_or_copy(source, target)
     out.write_bytes(proto.SerializeToString())
-
-
-def _proto_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _proto_graphs(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    yield from _proto_graphs(sub)
 
 
 def save_model(

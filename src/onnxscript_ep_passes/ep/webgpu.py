@@ -43,11 +43,13 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import onnx
+
+from onnxscript_ep_passes._proto import iter_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -282,17 +284,6 @@ class PlacementMeasurement:
         return {k: dict(v) for k, v in sorted(out.items())}
 
 
-def _iter_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _iter_nodes(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from _iter_nodes(g)
-
-
 def make_session_options(
     ep: str,
     *,
@@ -392,7 +383,7 @@ def measure_placement(
             if n.op_type not in ("MemcpyFromHost", "MemcpyToHost")
         )
         saved = onnx.load(str(optimized), load_external_data=False)
-    counts = collections.Counter(n.op_type for n in _iter_nodes(saved.graph))
+    counts = collections.Counter(n.op_type for n in iter_nodes(saved.graph))
     measurement = PlacementMeasurement(
         ep=canonical,
         ort_version=str(ort.__version__),

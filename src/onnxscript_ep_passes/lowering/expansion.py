@@ -23,6 +23,7 @@ from __future__ import annotations
 
 __all__ = [
     "bound_attributes",
+    "copy_body_node",
     "expand_function_body",
     "expand_node",
     "function_body",
@@ -114,6 +115,45 @@ def bound_attributes(node: ir.Node, version: int) -> dict[str, ir.Attr]:
     return bound
 
 
+def copy_body_node(
+    ctx: DowngradeContext,
+    inner: ir.Node,
+    mapping: dict[ir.Value, ir.Value | None],
+    attributes: dict[str, ir.Attr],
+    opset: int,
+) -> ir.Node:
+    """Insert a copy of function-body node ``inner`` before ``ctx.node``, read at ``opset``.
+
+    Inputs are read through ``mapping`` (body value -> graph value), which then maps the
+    copy's outputs too; attribute references are bound to ``attributes`` (unbound ones
+    dropped). A node holding a subgraph is refused.
+    """
+    attrs: list[ir.Attr] = []
+    for attr in inner.attributes.values():
+        if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+            ctx.refuse(
+                f"the function body of {ctx.node.op_type} holds a subgraph ({inner.op_type})"
+            )
+        if attr.is_ref():
+            actual = attributes.get(attr.ref_attr_name or "")
+            if actual is not None:
+                attrs.append(ir.Attr(attr.name, actual.type, actual.value))
+        else:
+            attrs.append(attr)
+    new = ir.Node(
+        inner.domain,
+        inner.op_type,
+        [None if v is None else mapping[v] for v in inner.inputs],
+        attrs,
+        num_outputs=len(inner.outputs),
+        name=ctx.fresh_name(inner.op_type),
+    )
+    for old, out in zip(inner.outputs, new.outputs):
+        mapping[old] = out
+    ctx.insert(new, opset)
+    return new
+
+
 def expand_function_body(
     ctx: DowngradeContext, body_version: int | None = None
 ) -> list[ir.Value | None]:
@@ -134,28 +174,7 @@ def expand_function_body(
         mapping[formal] = node.inputs[index] if index < len(node.inputs) else None
 
     for inner in function:
-        attrs: list[ir.Attr] = []
-        for attr in inner.attributes.values():
-            if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
-                ctx.refuse(f"the function body of {node.op_type} holds a subgraph")
-            if attr.is_ref():
-                actual = attributes.get(attr.ref_attr_name or "")
-                if actual is None:
-                    continue
-                attrs.append(ir.Attr(attr.name, actual.type, actual.value))
-            else:
-                attrs.append(attr)
-        new = ir.Node(
-            inner.domain,
-            inner.op_type,
-            [None if v is None else mapping[v] for v in inner.inputs],
-            attrs,
-            num_outputs=len(inner.outputs),
-            name=ctx.fresh_name(inner.op_type),
-        )
-        for old, out in zip(inner.outputs, new.outputs):
-            mapping[old] = out
-        ctx.insert(new, body_opset)
+        copy_body_node(ctx, inner, mapping, attributes, body_opset)
     return [mapping.get(out) for out in function.outputs[: len(node.outputs)]]
 
 

@@ -22,6 +22,7 @@ import onnx
 import onnx.shape_inference
 import onnx_ir as ir
 
+from onnxscript_ep_passes._proto import iter_graphs
 from onnxscript_ep_passes.lowering import schemas
 
 logger = logging.getLogger(__name__)
@@ -247,13 +248,7 @@ def _bind_attribute_refs(graph: onnx.GraphProto, attrs: dict[str, onnx.Attribute
 
 
 def _all_value_infos(graph: onnx.GraphProto) -> Iterable[onnx.ValueInfoProto]:
-    yield from graph.input
-    yield from graph.output
-    yield from graph.value_info
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _all_value_infos(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    yield from _all_value_infos(sub)
+    for sub in iter_graphs(graph):
+        yield from sub.input
+        yield from sub.output
+        yield from sub.value_info

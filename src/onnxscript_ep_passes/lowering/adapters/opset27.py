@@ -109,30 +109,7 @@ class _Inliner:
                 self.copy(inner, mapping)
 
     def copy(self, inner: ir.Node, mapping: dict[ir.Value, ir.Value | None]) -> None:
-        attrs: list[ir.Attr] = []
-        for attr in inner.attributes.values():
-            if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
-                self.ctx.refuse(
-                    f"the function body of {self.ctx.node.op_type} holds a subgraph "
-                    f"({inner.op_type})"
-                )
-            if attr.is_ref():
-                actual = self.attributes.get(attr.ref_attr_name or "")
-                if actual is not None:
-                    attrs.append(ir.Attr(attr.name, actual.type, actual.value))
-            else:
-                attrs.append(attr)
-        new = ir.Node(
-            inner.domain,
-            inner.op_type,
-            [None if v is None else mapping[v] for v in inner.inputs],
-            attrs,
-            num_outputs=len(inner.outputs),
-            name=self.ctx.fresh_name(inner.op_type),
-        )
-        for old, out in zip(inner.outputs, new.outputs):
-            mapping[old] = out
-        self.ctx.insert(new, self.opset)
+        expansion.copy_body_node(self.ctx, inner, mapping, self.attributes, self.opset)
 
     def op(self, op_type: str, inputs: Sequence[ir.Value | None], **attributes: Any) -> ir.Value:
         return self.ctx.op(op_type, inputs, opset=self.opset, **attributes)
