@@ -6,7 +6,9 @@ Rules the pass follows:
 2. The candidates are the model's own opset and each lower one, down to 18, that the
    adapters can reach for this model. They are found by lowering one working copy (it
    shares the weights) one opset at a time; the first refusal ends the search, since
-   every lower target needs the step that was refused.
+   every lower target needs the step that was refused. So does the first opset at which
+   the model is predicted to run wholly on the EP (no fallback, no Memcpy): a lower one
+   could only tie, and ties go to the higher opset.
 3. For each candidate, ORT's placement is predicted from the EP's kernel table
    (:func:`~onnxscript_ep_passes.ep.placement.predict_placement`). The pass picks the
    candidate with the fewest fallback nodes, then the fewest predicted Memcpy nodes; ties
@@ -179,7 +181,7 @@ def choose_target_opset(
             variants[target_opset] = _legalized_variant(
                 work, table, original, predictions[target_opset]
             )
-    else:
+    elif not _wholly_on_ep(predictions[source]):
         work = model.clone()
         for opset in range(source - 1, floor - 1, -1):
             try:
@@ -188,6 +190,8 @@ def choose_target_opset(
                 blocked = error
                 break
             predictions[opset] = predict_placement(work, table)
+            if _wholly_on_ep(predictions[opset]):
+                break  # no lower opset can do better: ties go to the higher opset
             if legalize:
                 variants[opset] = _legalized_variant(work, table, original, predictions[opset])
     legalized_predictions = {
@@ -225,6 +229,10 @@ def choose_target_opset(
         decisions=decisions,
         plan={o: tuple(v.expanded) for o, v in variants.items() if v.modified},
     )
+
+
+def _wholly_on_ep(prediction: PlacementPrediction) -> bool:
+    return not prediction.fallback_nodes and prediction.memcpy == 0
 
 
 def _decisions(
