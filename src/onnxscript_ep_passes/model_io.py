@@ -30,7 +30,7 @@ from typing import Literal
 import onnx
 import onnx_ir as ir
 
-from onnxscript_ep_passes._proto import iter_graphs
+from onnxscript_ep_passes._onnx import iter_graphs
 
 logger = logging.getLogger(__name__)
 

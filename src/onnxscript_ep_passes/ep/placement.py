@@ -67,7 +67,7 @@ import dataclasses
 import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Literal
 
 import onnx
 import onnx.defs
@@ -75,6 +75,7 @@ import onnx.helper
 import onnx.shape_inference
 import onnx_ir as ir
 
+from onnxscript_ep_passes._onnx import built_outputs, schema_function_body, type_string
 from onnxscript_ep_passes.ep.kernel_table import KernelTable, live_table, normalize_domain
 from onnxscript_ep_passes.ep.traits import EpTraits, traits_for
 
@@ -304,22 +305,6 @@ class _Scope:
     opset: int = 0
 
 
-def _type_string(t: ir.TypeProtocol | None) -> str | None:
-    if t is None:
-        return None
-    if isinstance(t, ir.TensorType):
-        if t.dtype == ir.DataType.UNDEFINED:
-            return None
-        return f"tensor({t.dtype.name.lower()})"
-    if isinstance(t, ir.SequenceType):
-        inner = _type_string(t.elem_type)
-        return f"seq({inner})" if inner else None
-    if isinstance(t, ir.OptionalType):
-        inner = _type_string(t.elem_type)
-        return f"optional({inner})" if inner else None
-    return None
-
-
 def _type_proto(type_str: str) -> onnx.TypeProto | None:
     if not type_str.startswith("tensor(") or not type_str.endswith(")"):
         return None
@@ -360,38 +345,26 @@ def _schema_body(
 
     ``dtypes`` are the input types (``tensor(float)``) known to the builder.
     """
-    version = schema.since_version
-    defs: Any = schema
-    try:
-        if defs.has_function:
-            data = defs.get_function_with_opset_version(version)
-        elif defs.has_context_dependent_function:
-            types: list[bytes] = []
-            for value, dtype in zip(node.inputs, dtypes):
-                proto = onnx.TypeProto()
-                if value is not None:
-                    known = _type_proto(dtype) if dtype else None
-                    if known is None:
-                        return None
-                    proto.CopyFrom(known)
-                    if value.shape is not None and proto.HasField("tensor_type"):
-                        ir.serde.serialize_shape_into(proto, value.shape)
-                types.append(proto.SerializeToString())
-            data = defs.get_context_dependent_function_with_opset_version(
-                version, ir.serde.serialize_node(node).SerializeToString(), types
-            )
-        else:
+    types: list[onnx.TypeProto | None] = []
+    for value, dtype in zip(node.inputs, dtypes):
+        if value is None:
+            types.append(None)
+            continue
+        known = _type_proto(dtype) if dtype else None
+        if known is None:
             return None
-        function = onnx.FunctionProto()
-        function.ParseFromString(data)
+        if value.shape is not None and known.HasField("tensor_type"):
+            ir.serde.serialize_shape_into(known, value.shape)
+        types.append(known)
+    try:
+        function = schema_function_body(schema, schema.since_version, node, types)
     except Exception as error:
         logger.debug("no function body for %s: %s", node.op_type, error)
         return None
-    built = {name for inner in function.node for name in inner.output} | set(function.input)
-    outputs = [name if name in built else "" for name in function.output]
-    while outputs and not outputs[-1]:
-        outputs.pop()
-    if not function.node or "" in outputs:
+    if function is None or not function.node:
+        return None
+    outputs = built_outputs(function)
+    if "" in outputs:
         return None
     del function.output[:]
     function.output.extend(outputs)
@@ -435,12 +408,12 @@ class _Builder:
         env: dict[ir.Value, _Val] = {}
         outer = dict(outer_env or {})
         for v in graph.inputs:
-            env[v] = self._new_val(scope, v.name or "", "input", _type_string(v.type))
+            env[v] = self._new_val(scope, v.name or "", "input", type_string(v.type))
         for name, v in graph.initializers.items():
             if v in env:  # an initializer that is also a graph input stays an input
                 continue
             env[v] = self._new_val(
-                scope, name, "initializer", _type_string(v.type), _tensor_size(v.const_value)
+                scope, name, "initializer", type_string(v.type), _tensor_size(v.const_value)
             )
         self._add_nodes(graph, opsets, scope, env, outer, prefix="", fn_scope="")
         for v in graph.outputs:
@@ -478,7 +451,7 @@ class _Builder:
         if src is not None and src.kind == "initializer":
             val = self._new_val(scope, v.name or "", "initializer", src.dtype, src.size)
         else:
-            dtype = src.dtype if src is not None else _type_string(v.type)
+            dtype = src.dtype if src is not None else type_string(v.type)
             val = self._new_val(scope, v.name or "", "outer", dtype)
         env[v] = val
         return val
@@ -507,7 +480,7 @@ class _Builder:
                     if isinstance(attr, ir.Attr) and attr.type == ir.AttributeType.TENSOR:
                         size = _tensor_size(attr.as_tensor())
                     env[out] = self._new_val(
-                        scope, out.name or "", "initializer", _type_string(out.type), size
+                        scope, out.name or "", "initializer", type_string(out.type), size
                     )
                 continue
             opset = opsets.get(domain, 1)
@@ -533,7 +506,7 @@ class _Builder:
                 if not out.name:
                     flat.outputs.append(None)
                     continue
-                val = self._new_val(scope, out.name, "node", _type_string(out.type))
+                val = self._new_val(scope, out.name, "node", type_string(out.type))
                 val.producer, val.producer_slot = flat, slot
                 env[out] = val
                 flat.outputs.append(val)

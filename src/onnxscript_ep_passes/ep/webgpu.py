@@ -49,7 +49,7 @@ from typing import Any
 
 import onnx
 
-from onnxscript_ep_passes._proto import iter_nodes
+from onnxscript_ep_passes._onnx import iter_nodes
 
 logger = logging.getLogger(__name__)
 

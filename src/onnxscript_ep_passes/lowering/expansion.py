@@ -35,6 +35,7 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
+from onnxscript_ep_passes._onnx import built_outputs, schema_function_body
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.context import DowngradeContext, NodeRefusedError
 from onnxscript_ep_passes.lowering.types import TypeOracle
@@ -51,30 +52,25 @@ def function_body(ctx: DowngradeContext, body_version: int | None = None) -> onn
     if schema is None:
         ctx.refuse(f"no schema for {node.op_type}-{ctx.version}")
     version = ctx.version if body_version is None else body_version
-    if schema.has_function:
-        body = schema.get_function_with_opset_version(version)
-    elif schema.has_context_dependent_function:
-        input_types: list[bytes] = []
-        for index, value in enumerate(node.inputs):
-            proto = onnx.TypeProto()
-            if value is not None:
-                type_ = ctx.type_of(value)
-                if type_ is None:
-                    ctx.refuse(
-                        f"cannot expand {node.op_type}: the type of input {index} "
-                        f"'{value.name}' is unknown, and its function body depends on it"
-                    )
-                ir.serde.serialize_type_into(proto, type_)
-                if value.shape is not None and proto.HasField("tensor_type"):
-                    ir.serde.serialize_shape_into(proto, value.shape)
-            input_types.append(proto.SerializeToString())
-        body = schema.get_context_dependent_function_with_opset_version(
-            version, ir.serde.serialize_node(node).SerializeToString(), input_types
-        )
-    else:
-        ctx.refuse(f"{node.op_type}-{version} has no ONNX function body to expand")
-    function = onnx.FunctionProto()
-    function.ParseFromString(body)
+    input_types: list[onnx.TypeProto | None] = []
+    for index, value in enumerate(node.inputs):
+        if value is None:
+            input_types.append(None)
+            continue
+        type_ = ctx.type_of(value)
+        if type_ is None:
+            ctx.refuse(
+                f"cannot expand {node.op_type}: the type of input {index} "
+                f"'{value.name}' is unknown, and its function body may depend on it"
+            )
+        proto = onnx.TypeProto()
+        ir.serde.serialize_type_into(proto, type_)
+        if value.shape is not None and proto.HasField("tensor_type"):
+            ir.serde.serialize_shape_into(proto, value.shape)
+        input_types.append(proto)
+    function = schema_function_body(schema, version, node, input_types)
+    if function is None:
+        ctx.refuse(f"{node.op_type}-{ctx.version} has no ONNX function body to expand")
     if not function.node:
         ctx.refuse(f"ONNX gives no function body for this {node.op_type} node")
     _prune_unbuilt_outputs(ctx, function)
@@ -82,21 +78,14 @@ def function_body(ctx: DowngradeContext, body_version: int | None = None) -> onn
 
 
 def _prune_unbuilt_outputs(ctx: DowngradeContext, function: onnx.FunctionProto) -> None:
-    """Blank the outputs a context-dependent body declares but does not build.
-
-    Attention's body lists all four outputs and builds only those the node has; an output
-    the node uses must be built.
-    """
-    built = {name for inner in function.node for name in inner.output}
-    built.update(function.input)
-    names = [name if name in built else "" for name in function.output]
-    for name, value in zip(names, ctx.node.outputs):
-        if not name and (value.uses() or value.is_graph_output()):
+    """Blank the outputs the body declares but does not build; each used one must be built."""
+    names = built_outputs(function)
+    for index, value in enumerate(ctx.node.outputs):
+        built = index < len(names) and names[index]
+        if not built and (value.uses() or value.is_graph_output()):
             ctx.refuse(
                 f"ONNX's function body of {ctx.node.op_type} does not build every output used"
             )
-    while names and not names[-1]:
-        names.pop()
     if any(not name for name in names):
         ctx.refuse(f"ONNX's function body of {ctx.node.op_type} skips an output in the middle")
     del function.output[:]

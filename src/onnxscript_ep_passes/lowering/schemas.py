@@ -33,7 +33,8 @@ from collections.abc import Iterator
 
 import onnx
 import onnx.defs
-import onnx_ir as ir
+
+from onnxscript_ep_passes._onnx import type_string
 
 DEFAULT_DOMAINS = frozenset({"", "ai.onnx"})
 
@@ -196,22 +197,3 @@ def schema_steps(low: int, high: int, domain: str = "") -> Iterator[StepDiff]:
         if low < schema.since_version <= high and key not in seen:
             seen.add(key)
             yield step_diff(schema.name, schema.since_version, domain)
-
-
-def type_string(type_: ir.TypeProtocol | None) -> str | None:
-    """The ONNX type string ('tensor(float)', 'seq(tensor(int64))', ...) of an IR type."""
-    if type_ is None:
-        return None
-    if isinstance(type_, ir.TensorType):
-        if type_.dtype == ir.DataType.UNDEFINED:
-            return None
-        return f"tensor({type_.dtype.name.lower()})"
-    if isinstance(type_, ir.SparseTensorType):
-        return f"sparse_tensor({type_.dtype.name.lower()})"
-    if isinstance(type_, ir.SequenceType):
-        inner = type_string(type_.elem_type)
-        return None if inner is None else f"seq({inner})"
-    if isinstance(type_, ir.OptionalType):
-        inner = type_string(type_.elem_type)
-        return None if inner is None else f"optional({inner})"
-    return None

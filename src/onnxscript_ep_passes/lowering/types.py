@@ -22,7 +22,7 @@ import onnx
 import onnx.shape_inference
 import onnx_ir as ir
 
-from onnxscript_ep_passes._proto import iter_graphs
+from onnxscript_ep_passes._onnx import iter_graphs
 from onnxscript_ep_passes.lowering import schemas
 
 logger = logging.getLogger(__name__)

@@ -1,0 +1,100 @@
+"""Small ONNX helpers shared by graph rewriting (``lowering``) and EP knowledge (``ep``).
+
+- walking protos into subgraphs (:func:`iter_graphs`, :func:`iter_nodes`);
+- ONNX type strings of IR types (:func:`type_string`);
+- the function body ONNX's schema defines for a node (:func:`schema_function_body`).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "built_outputs",
+    "iter_graphs",
+    "iter_nodes",
+    "schema_function_body",
+    "type_string",
+]
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import onnx
+import onnx.defs
+import onnx_ir as ir
+
+
+def iter_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``graph`` and every subgraph of its nodes' attributes, at any depth."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from iter_graphs(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    yield from iter_graphs(sub)
+
+
+def iter_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """Every node of ``graph`` and of its subgraphs."""
+    for sub in iter_graphs(graph):
+        yield from sub.node
+
+
+def type_string(type_: ir.TypeProtocol | None) -> str | None:
+    """The ONNX type string ('tensor(float)', 'seq(tensor(int64))', ...) of an IR type."""
+    if type_ is None:
+        return None
+    if isinstance(type_, ir.TensorType):
+        if type_.dtype == ir.DataType.UNDEFINED:
+            return None
+        return f"tensor({type_.dtype.name.lower()})"
+    if isinstance(type_, ir.SparseTensorType):
+        return f"sparse_tensor({type_.dtype.name.lower()})"
+    if isinstance(type_, ir.SequenceType):
+        inner = type_string(type_.elem_type)
+        return None if inner is None else f"seq({inner})"
+    if isinstance(type_, ir.OptionalType):
+        inner = type_string(type_.elem_type)
+        return None if inner is None else f"optional({inner})"
+    return None
+
+
+def schema_function_body(
+    schema: onnx.defs.OpSchema,
+    version: int,
+    node: ir.Node,
+    input_types: Sequence[onnx.TypeProto | None],
+) -> onnx.FunctionProto | None:
+    """The function body ``schema`` defines for ``node``, written for opset ``version``.
+
+    A fixed body, or a context-dependent one built from the node's attributes and
+    ``input_types`` (one per node input; None for an absent input). None when the schema
+    defines no body.
+    """
+    defs: Any = schema
+    if defs.has_function:
+        data = defs.get_function_with_opset_version(version)
+    elif defs.has_context_dependent_function:
+        types = [(t or onnx.TypeProto()).SerializeToString() for t in input_types]
+        data = defs.get_context_dependent_function_with_opset_version(
+            version, ir.serde.serialize_node(node).SerializeToString(), types
+        )
+    else:
+        return None
+    function = onnx.FunctionProto()
+    function.ParseFromString(data)
+    return function
+
+
+def built_outputs(function: onnx.FunctionProto) -> list[str]:
+    """The body's outputs, ``""`` for those it declares but never builds, trailing ones cut.
+
+    Attention's context-dependent body lists all four outputs and builds only those the
+    node has.
+    """
+    built = {name for inner in function.node for name in inner.output} | set(function.input)
+    names = [name if name in built else "" for name in function.output]
+    while names and not names[-1]:
+        names.pop()
+    return names
