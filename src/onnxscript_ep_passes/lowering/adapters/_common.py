@@ -8,12 +8,18 @@ __all__ = [
     "HALF_TYPES",
     "constant_array",
     "int64s",
+    "quantized_type",
     "rank_of",
     "static_dim",
 ]
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import onnx_ir as ir
+
+if TYPE_CHECKING:
+    from onnxscript_ep_passes.lowering.context import DowngradeContext
 
 FLOAT = ir.DataType.FLOAT
 HALF_TYPES = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
@@ -50,3 +56,11 @@ def static_dim(value: ir.Value | None, axis: int) -> int | None:
 
 def int64s(*values: int) -> np.ndarray:
     return np.array(values, dtype=np.int64)
+
+
+def quantized_type(ctx: DowngradeContext, zero_point: ir.Value | None) -> ir.DataType:
+    """QuantizeLinear's output type: the zero point's, else ``output_dtype``, else uint8."""
+    if zero_point is not None:
+        return ctx.require_dtype(zero_point, "y_zero_point")
+    output_dtype = int(ctx.attribute("output_dtype", 0))
+    return ir.DataType(output_dtype) if output_dtype else ir.DataType.UINT8

@@ -18,7 +18,12 @@ from collections.abc import Sequence
 import numpy as np
 import onnx_ir as ir
 
-from onnxscript_ep_passes.lowering.adapters._common import FLOAT, FLOAT8_TYPES, HALF_TYPES
+from onnxscript_ep_passes.lowering.adapters._common import (
+    FLOAT,
+    FLOAT8_TYPES,
+    HALF_TYPES,
+    quantized_type,
+)
 from onnxscript_ep_passes.lowering.context import DowngradeContext
 from onnxscript_ep_passes.lowering.registry import register_downgrade
 
@@ -133,11 +138,7 @@ def quantizelinear_21(node: ir.Node, ctx: DowngradeContext) -> Sequence[ir.Value
     QuantizeLinear-19). 4-bit and 16-bit outputs are refused (derived type rule).
     """
     x, scale, zero_point = ctx.input(0), ctx.input(1), ctx.input(2)
-    output_dtype = int(ctx.attribute("output_dtype", 0))
-    if zero_point is not None:
-        out_type = ctx.require_dtype(zero_point, "y_zero_point")
-    else:
-        out_type = ir.DataType(output_dtype) if output_dtype else ir.DataType.UINT8
+    out_type = quantized_type(ctx, zero_point)
     block_size = int(ctx.attribute("block_size", 0))
     if block_size > 0:
         return [_quantize_blocked(ctx, block_size, out_type)]

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import onnx_ir as ir
 
-from onnxscript_ep_passes.lowering.adapters._common import FLOAT
+from onnxscript_ep_passes.lowering.adapters._common import FLOAT, quantized_type
 from onnxscript_ep_passes.lowering.context import DowngradeContext
 from onnxscript_ep_passes.lowering.registry import register_downgrade
 
@@ -95,11 +95,7 @@ def quantizelinear_23(node: ir.Node, ctx: DowngradeContext) -> Sequence[ir.Value
     happens is then ambiguous), as are int32/float mixes and float4e2m1 outputs.
     """
     x, scale, zero_point = ctx.input(0), ctx.input(1), ctx.input(2)
-    output_dtype = int(ctx.attribute("output_dtype", 0))
-    if zero_point is not None:
-        out_type = ctx.require_dtype(zero_point, "y_zero_point")
-    else:
-        out_type = ir.DataType(output_dtype) if output_dtype else ir.DataType.UINT8
+    out_type = quantized_type(ctx, zero_point)
     if out_type == _FLOAT4:
         ctx.refuse("output is FLOAT4E2M1, which QuantizeLinear-21 does not allow")
     x_type = ctx.require_dtype(x, "input")
