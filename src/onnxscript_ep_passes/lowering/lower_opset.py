@@ -97,7 +97,8 @@ class _Journal:
     def record(self, undo: Callable[[], None]) -> None:
         self._undo.append(undo)
 
-    def snapshot_node(self, node: ir.Node) -> None:
+    def snapshot_node(self, node: ir.Node) -> Callable[[], bool]:
+        """Record how to restore ``node``; return a test of whether it changed since."""
         attributes = dict(node.attributes)
         inputs = tuple(node.inputs)
 
@@ -109,6 +110,7 @@ class _Journal:
                 node.replace_input_with(index, value)
 
         self.record(restore)
+        return lambda: dict(node.attributes) != attributes or tuple(node.inputs) != inputs
 
     def built(self, nodes: Sequence[ir.Node]) -> None:
         def remove() -> None:
@@ -137,7 +139,7 @@ class _Lowering:
         self.oracle = TypeOracle(model)
         self.names = NodeNames(model)
         self.refusals: list[Refusal] = []
-        self.rewritten = 0
+        self.rewritten: set[int] = set()  # ids of the nodes adapters changed
         self.journal = _Journal()
         self._dead: list[ir.Node] = []
         self._dead_ids: set[int] = set()
@@ -201,8 +203,7 @@ class _Lowering:
                 self._refuse(node, start, version, reason, scope)
                 return
             ctx = DowngradeContext(node, version, previous, self.target, self.oracle, self.names)
-            if not entry.derived:
-                self.journal.snapshot_node(node)
+            changed = None if entry.derived else self.journal.snapshot_node(node)
             try:
                 result = entry.adapter(node, ctx)
                 if result is not None:
@@ -215,8 +216,8 @@ class _Lowering:
                 return
             built = ctx.built
             self.journal.built([n for n, _ in built])
-            if result is not None or built:
-                self.rewritten += 1
+            if result is not None or built or (changed is not None and changed()):
+                self.rewritten.add(id(node))
                 logger.debug(
                     "%s: %s '%s' stepped down from %d (%s): %d new nodes",
                     scope,
@@ -389,7 +390,7 @@ class LowerOpsetPass(ir.passes.InPlacePass):
             source,
             self.target_opset,
             f" for EP {self.ep}" if self.ep else "",
-            lowering.rewritten,
+            len(lowering.rewritten),
             ORT_TRACKING_ISSUE,
         )
         return ir.passes.PassResult(model, modified=True)
