@@ -1,0 +1,124 @@
+"""LowerOpsetForEpPass: the choice of opset, its logs, and its overrides (snapshot tables)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto
+
+from onnxscript_ep_passes import ORT_TRACKING_ISSUE, DowngradeError
+from onnxscript_ep_passes.ep import KernelRange, KernelTable, get_table
+from onnxscript_ep_passes.passes import LowerOpsetForEpPass, choose_target_opset
+from tests.harness import make_model
+
+F = TensorProto.FLOAT
+
+
+def _reshape_transpose(opset: int, *, extra: list[onnx.NodeProto] | None = None) -> ir.Model:
+    nodes = [
+        oh.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+        oh.make_node("Transpose", ["r"], ["t"], name="transpose", perm=[1, 0]),
+        oh.make_node("Relu", ["t"], ["y"], name="relu"),
+        *(extra or []),
+    ]
+    outputs = [oh.make_tensor_value_info("y", F, [4, 3])]
+    if extra:
+        outputs.append(oh.make_tensor_value_info("z", TensorProto.FLOAT8E8M0, [2, 6]))
+    proto = make_model(
+        nodes,
+        [oh.make_tensor_value_info("x", F, [2, 6])],
+        outputs,
+        opset,
+        initializers=[oh.make_tensor("shape", TensorProto.INT64, [2], [3, 4])],
+    )
+    return ir.from_proto(proto)
+
+
+def _table(**ranges: list[tuple[int, int | None]]) -> KernelTable:
+    rows = {
+        ("", op): tuple(KernelRange(start, end, None) for start, end in spans)
+        for op, spans in ranges.items()
+    }
+    return KernelTable("TestExecutionProvider", "0.0", "test", rows)
+
+
+def test_info_and_warning_logs(caplog: pytest.LogCaptureFixture) -> None:
+    model = _reshape_transpose(24)
+    with caplog.at_level(logging.INFO, logger="onnxscript_ep_passes"):
+        LowerOpsetForEpPass("cuda", "1.24")(model)
+    assert model.opset_imports[""] == 23
+    info = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
+    for needle in (
+        "opset 24 -> 23",
+        "'test_graph'",
+        "CUDAExecutionProvider",
+        "1.24",
+        ORT_TRACKING_ISSUE,
+    ):
+        assert needle in info, (needle, info)
+    # A table where Relu has no kernel at all: it stays on CPU, and a WARNING says so.
+    caplog.clear()
+    table = _table(Reshape=[(23, None)], Transpose=[(23, None)])
+    model = _reshape_transpose(24)
+    with caplog.at_level(logging.INFO, logger="onnxscript_ep_passes"):
+        LowerOpsetForEpPass("cuda", table=table, legalize=False)(model)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("relu (Relu-14)" in w for w in warnings), warnings
+
+
+def test_ties_go_to_the_higher_opset() -> None:
+    # Open ranges 21+ and 23+: 23 matches exactly; 22 and 21 would not both match.
+    table = _table(
+        Reshape=[(21, 22), (23, None)], Transpose=[(21, 22), (23, None)], Relu=[(14, None)]
+    )
+    choice = choose_target_opset(_reshape_transpose(24), table, legalize=False)
+    assert choice.chosen_opset == 23
+    assert not choice.after.fallback_nodes
+
+
+def test_explicit_target_and_unreachable_target() -> None:
+    model = _reshape_transpose(24)
+    LowerOpsetForEpPass("cuda", "1.24", target_opset=21)(model)
+    assert model.opset_imports[""] == 21
+    bad = _reshape_transpose(
+        24, extra=[oh.make_node("Cast", ["x"], ["z"], name="to_e8m0", to=TensorProto.FLOAT8E8M0)]
+    )
+    before = ir.to_proto(bad).SerializeToString()
+    with pytest.raises(DowngradeError, match="to_e8m0"):
+        LowerOpsetForEpPass("cuda", "1.24", target_opset=23)(bad)
+    assert ir.to_proto(bad).SerializeToString() == before
+
+
+def test_search_stops_at_the_first_refused_step() -> None:
+    bad = _reshape_transpose(
+        24, extra=[oh.make_node("Cast", ["x"], ["z"], name="to_e8m0", to=TensorProto.FLOAT8E8M0)]
+    )
+    choice = choose_target_opset(bad, get_table("cuda", "1.24"), legalize=False)
+    assert choice.chosen_opset == 24  # 23 is out of reach: nothing better is possible
+    assert choice.blocked is not None and "to_e8m0" in str(choice.blocked)
+
+
+def test_cpu_is_a_noop() -> None:
+    model = _reshape_transpose(24)
+    result = LowerOpsetForEpPass("cpu")(model)
+    assert not result.modified and model.opset_imports[""] == 24
+
+
+def test_outputs_unchanged_after_lowering_for_dml() -> None:
+    from tests.harness import run_model
+
+    model = _reshape_transpose(24)
+    original = ir.to_proto(model)
+    LowerOpsetForEpPass("dml", "1.24")(model)
+    # DirectML 1.24 registers Reshape/Transpose "21+" (since_version 21 only); at opset 22
+    # both still resolve to their -21 schemas, and ties go to the higher opset.
+    assert model.opset_imports[""] == 22
+    x = np.random.default_rng(0).standard_normal((2, 6)).astype(np.float32)
+    expected, _ = run_model(original, {"x": x})
+    actual, _ = run_model(ir.to_proto(model), {"x": x})
+    np.testing.assert_array_equal(actual[0], expected[0])
