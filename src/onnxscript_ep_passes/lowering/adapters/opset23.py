@@ -91,8 +91,13 @@ def quantizelinear_23(node: ir.Node, ctx: DowngradeContext) -> Sequence[ir.Value
     The division runs at ``precision`` (default: the scale's type). When converting x
     and the scale to that type is exact (same type, or half -> float), both are Cast to
     it and QuantizeLinear-21, whose x and scale share one type, divides at that
-    precision: the same computation. A narrowing conversion is refused (where rounding
-    happens is then ambiguous), as are int32/float mixes and float4e2m1 outputs.
+    precision: the same computation. That holds for a float32 (or int32) precision
+    only: a float16/bfloat16 precision rounds the quotient to that type first, while
+    QuantizeLinear-21 on half inputs divides in float32 (ONNX Runtime; the
+    QuantizeLinear-19 adapter relies on it), and the two round some quotients near
+    k + 0.5 to different integers; it is refused. A narrowing
+    conversion is refused (where rounding happens is then ambiguous), as are
+    int32/float mixes and float4e2m1 outputs.
     """
     x, scale, zero_point = ctx.input(0), ctx.input(1), ctx.input(2)
     out_type = quantized_type(ctx, zero_point)
@@ -102,14 +107,21 @@ def quantizelinear_23(node: ir.Node, ctx: DowngradeContext) -> Sequence[ir.Value
     scale_type = ctx.require_dtype(scale, "y_scale")
     precision_attr = int(ctx.attribute("precision", 0))
     precision = ir.DataType(precision_attr) if precision_attr else scale_type
-    node.attributes.pop("precision", None)
-    if x_type == scale_type == precision:
-        return None
     if not (_widens(x_type, precision) and _widens(scale_type, precision)):
         ctx.refuse(
             f"input {x_type.name} and y_scale {scale_type.name} divided at "
             f"{precision.name} precision: the conversion is not exact"
         )
+    if precision in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+        ctx.refuse(
+            f"the division runs at {precision.name} precision (the quotient is rounded to "
+            f"{precision.name} before rounding to an integer), while QuantizeLinear-21 "
+            "divides half-precision inputs in float32 (ONNX Runtime) and so rounds some "
+            "quotients near k + 0.5 differently"
+        )
+    node.attributes.pop("precision", None)
+    if x_type == scale_type == precision:
+        return None
     if x_type != precision:
         node.replace_input_with(0, ctx.op("Cast", [x], to=precision))
     if scale_type != precision:

@@ -11,6 +11,7 @@ __all__ = ["bitcast_26", "cumprod_26"]
 import numpy as np
 import onnx_ir as ir
 
+from onnxscript_ep_passes.lowering.adapters._common import static_dim
 from onnxscript_ep_passes.lowering.context import DowngradeContext
 from onnxscript_ep_passes.lowering.registry import register_downgrade
 
@@ -153,6 +154,15 @@ def cumprod_26(node: ir.Node, ctx: DowngradeContext) -> list[ir.Value | None]:
     further step is one Mul in T in the same order, and integer overflow behaves as
     Mul in T does. The Scan body holds only Mul and Identity, which are valid for
     every CumProd type at every opset from 18 on. The axis must be a constant.
+
+    When the axis may be empty (ONNX Runtime's Scan rejects a zero-length scan axis),
+    a factor 1 is padded where the scan ends and sliced off afterwards: it is
+    multiplied in last, so no emitted product changes.
+
+    For float16/bfloat16 the spec leaves the running product's precision open: this
+    rounds every product to T, as the reference (numpy) does; ONNX Runtime's CPU
+    kernel keeps a float32 accumulator and can differ in the last bits (or in an
+    intermediate overflow) from three factors on.
     """
     x, axis_value = node.inputs[0], node.inputs[1]
     assert x is not None
@@ -175,9 +185,17 @@ def cumprod_26(node: ir.Node, ctx: DowngradeContext) -> list[ir.Value | None]:
     shape = parts[0] if len(parts) == 1 else ctx.op("Concat", parts, axis=0)
     one = ctx.constant(np.array(1, dtype=dtype.numpy()))
     initial = ctx.op("Expand", [one, shape])
+    length = static_dim(x, axis)
+    scanned = x
+    if length is None or length == 0:
+        # ONNX Runtime's Scan fails on an empty scan axis: append one factor 1 where
+        # the scan ends (the far end of its direction), then Slice it off again.
+        pads = np.zeros(2, dtype=np.int64)
+        pads[1 - reverse] = 1
+        scanned = ctx.op("Pad", [x, ctx.constant(pads), one, ctx.constant(_i64(axis).reshape(1))])
     _, result = ctx.op_multi(
         "Scan",
-        [initial, x],
+        [initial, scanned],
         num_outputs=2,
         body=_cumprod_body(ctx, dtype, exclusive),
         num_scan_inputs=1,
@@ -186,4 +204,20 @@ def cumprod_26(node: ir.Node, ctx: DowngradeContext) -> list[ir.Value | None]:
         scan_output_axes=[axis],
         scan_output_directions=[reverse],
     )
+    if scanned is not x:
+        result = ctx.op(
+            "Slice",
+            [
+                result,
+                ctx.constant(_i64(reverse).reshape(1)),
+                ctx.op(
+                    "Add",
+                    [
+                        ctx.op("Shape", [x], start=axis, end=axis + 1 if axis != -1 else None),
+                        ctx.constant(_i64(reverse).reshape(1)),
+                    ],
+                ),
+                ctx.constant(_i64(axis).reshape(1)),
+            ],
+        )
     return [result]
