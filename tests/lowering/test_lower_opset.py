@@ -341,3 +341,33 @@ def test_node_names_stay_unique_across_steps_and_runs() -> None:
     expected, _ = run_model(model, {"x": x})
     actual, _ = run_model(ir.to_proto(ir_model), {"x": x})
     np.testing.assert_allclose(actual[0], expected[0], rtol=1e-6, atol=1e-6)
+
+
+def test_adapters_see_inferred_shapes_and_the_model_gets_none_added() -> None:
+    # Resize-19's half_pixel_symmetric becomes half_pixel only when the input's spatial
+    # sizes are known. Here the Resize reads an intermediate without value_info: the
+    # adapter gets the inferred shape, and the lowered model gains no value_info for it.
+    model = make_model(
+        [
+            oh.make_node("Relu", ["x"], ["mid"], name="relu"),
+            oh.make_node(
+                "Resize",
+                ["mid", "", "scales"],
+                ["y"],
+                name="resize",
+                coordinate_transformation_mode="half_pixel_symmetric",
+                mode="linear",
+            ),
+        ],
+        [_vi("x", shape=[1, 2, 3, 4])],
+        [_vi("y", shape=[1, 2, 6, 6])],
+        19,
+        initializers=[oh.make_tensor("scales", F, [4], [1, 1, 2, 1.5])],
+    )
+    assert "mid" not in {v.name for v in model.graph.value_info}
+    x = np.random.default_rng(6).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    lowered = assert_lowers_exactly(model, 18, {"x": x})
+    assert "mid" not in {v.name for v in lowered.graph.value_info}
+    resize = next(n for n in lowered.graph.node if n.op_type == "Resize")
+    modes = {a.name: a.s for a in resize.attribute if a.name == "coordinate_transformation_mode"}
+    assert modes == {"coordinate_transformation_mode": b"half_pixel"}

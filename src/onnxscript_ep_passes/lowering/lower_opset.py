@@ -143,6 +143,7 @@ class _Lowering:
         self.journal = _Journal()
         self._dead: list[ir.Node] = []
         self._dead_ids: set[int] = set()
+        self._lent_shapes: list[ir.Value] = []
         self._used_initializers: list[tuple[ir.Graph, ir.Value]] = []
 
     def scopes(self) -> list[_Scope]:
@@ -171,6 +172,7 @@ class _Lowering:
                     self.lower_node(node, opset, scope.label)
 
     def commit(self) -> None:
+        self._take_back_shapes()
         for node in self._dead:
             assert node.graph is not None
             node.graph.remove(node, safe=True)
@@ -183,6 +185,7 @@ class _Lowering:
                 graph.initializers.pop(value.name, None)
 
     def rollback(self) -> None:
+        self._take_back_shapes()
         self.journal.rollback()
         self._dead.clear()
         self._dead_ids.clear()
@@ -203,7 +206,10 @@ class _Lowering:
                 self._refuse(node, start, version, reason, scope)
                 return
             ctx = DowngradeContext(node, version, previous, self.target, self.oracle, self.names)
-            changed = None if entry.derived else self.journal.snapshot_node(node)
+            changed = None
+            if not entry.derived:
+                changed = self.journal.snapshot_node(node)
+                self._lend_inferred_shapes(node)
             try:
                 result = entry.adapter(node, ctx)
                 if result is not None:
@@ -233,6 +239,24 @@ class _Lowering:
                 return
             assert previous is not None
             version = previous
+
+    def _lend_inferred_shapes(self, node: ir.Node) -> None:
+        """Give the node's inputs without a declared shape the inferred one, for the adapter.
+
+        The shapes are taken back at the end (commit or rollback): the lowering adds no
+        shape information of its own to the model.
+        """
+        for value in node.inputs:
+            if value is not None and value.shape is None:
+                shape = self.oracle.shape_of(value)
+                if shape is not None:
+                    value.shape = shape
+                    self._lent_shapes.append(value)
+
+    def _take_back_shapes(self) -> None:
+        for value in self._lent_shapes:
+            value.shape = None
+        self._lent_shapes.clear()
 
     def _lower_built(self, node: ir.Node, opset: int, scope: str) -> None:
         """Lower a node an adapter built, and the nodes of the subgraphs it holds."""

@@ -108,7 +108,8 @@ class TypeOracle:
 
     def __init__(self, model: ir.Model) -> None:
         self._model = model
-        self._graph_types: dict[str, ir.TypeProtocol] | None = None
+        self._graph_protos: dict[str, onnx.TypeProto] | None = None
+        self._graph_types: dict[str, ir.TypeProtocol | None] = {}
         self._function_types: dict[ir.OperatorIdentifier, dict[str, ir.TypeProtocol | None]] = {}
         self._graph_owner: dict[int, ir.Function] | None = None
 
@@ -121,9 +122,30 @@ class TypeOracle:
         if function is not None:
             types = self._types_in_function(function)
             return types.get(value.name or "")
-        if self._graph_types is None:
-            self._graph_types = self._infer_model()
-        return self._graph_types.get(value.name or "")
+        name = value.name or ""
+        if name not in self._graph_types:
+            proto = self._inferred().get(name)
+            type_ = None if proto is None else ir.serde.deserialize_type_proto_for_type(proto)
+            self._graph_types[name] = type_ if _known(type_) else None
+        return self._graph_types[name]
+
+    def shape_of(self, value: ir.Value) -> ir.Shape | None:
+        """The declared shape, else the one shape inference gives (main graph only)."""
+        if value.shape is not None:
+            return value.shape
+        producer = value.producer()
+        graph = producer.graph if producer is not None else value.graph
+        if self._owning_function(graph) is not None:
+            return None
+        proto = self._inferred().get(value.name or "")
+        if proto is None or not proto.HasField("tensor_type"):
+            return None
+        return ir.serde.deserialize_type_proto_for_shape(proto)
+
+    def _inferred(self) -> dict[str, onnx.TypeProto]:
+        if self._graph_protos is None:
+            self._graph_protos = self._infer_model()
+        return self._graph_protos
 
     def _owning_function(self, graph: ir.Graph | None) -> ir.Function | None:
         if graph is None:
@@ -137,7 +159,7 @@ class TypeOracle:
                         self._graph_owner[id(node.graph)] = function
         return self._graph_owner.get(id(graph))
 
-    def _infer_model(self) -> dict[str, ir.TypeProtocol]:
+    def _infer_model(self) -> dict[str, onnx.TypeProto]:
         """Shape inference over a weight-free serialization of the model.
 
         Large initializers become typed graph inputs, so no weight is read or copied; the
@@ -165,7 +187,11 @@ class TypeOracle:
         except Exception as error:
             logger.warning("ONNX shape inference failed: %s", error)
             return {}
-        return _types_by_name(inferred.graph)
+        return {
+            info.name: info.type
+            for info in _all_value_infos(inferred.graph)
+            if info.type.WhichOneof("value") is not None
+        }
 
     def _types_in_function(self, function: ir.Function) -> dict[str, ir.TypeProtocol | None]:
         key = function.identifier()
