@@ -15,6 +15,7 @@ __all__ = [
     "make_model",
     "random_feeds",
     "run_model",
+    "tensor_info",
 ]
 
 import dataclasses
@@ -64,6 +65,13 @@ class AdapterCase:
         rng = np.random.default_rng(0)
         feeds = self.feeds(rng) if self.feeds is not None else random_feeds(model, rng)
         assert_lowers_exactly(model, target, feeds, rtol=self.rtol, atol=self.atol)
+
+
+def tensor_info(name: str, elem: int, shape: list[int | str] | int) -> onnx.ValueInfoProto:
+    """A tensor value info; an int shape means that rank with named symbolic dimensions."""
+    if isinstance(shape, int):
+        shape = [f"{name}_{i}" for i in range(shape)]
+    return onnx.helper.make_tensor_value_info(name, elem, shape)
 
 
 def make_model(

@@ -7,17 +7,13 @@ import onnx
 import onnx.helper as oh
 from onnx import TensorProto
 
-from tests.harness import AdapterCase, make_model
+from tests.harness import AdapterCase, make_model, tensor_info
 
 F = TensorProto.FLOAT
 S = TensorProto.STRING
 
 
-def _vi(name: str, elem: int, shape: list[int | str] | int) -> onnx.ValueInfoProto:
-    """A tensor value info; an int shape means that rank with unnamed dimensions."""
-    if isinstance(shape, int):
-        shape = [f"{name}_{i}" for i in range(shape)]
-    return oh.make_tensor_value_info(name, elem, shape)
+_vi = tensor_info
 
 
 def _gelu(approximate: str | None, elem: int = F) -> onnx.ModelProto:

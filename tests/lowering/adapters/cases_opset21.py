@@ -7,7 +7,7 @@ import onnx
 import onnx.helper as oh
 from onnx import TensorProto
 
-from tests.harness import AdapterCase, make_model
+from tests.harness import AdapterCase, make_model, tensor_info
 
 F = TensorProto.FLOAT
 F16 = TensorProto.FLOAT16
@@ -15,11 +15,7 @@ I8 = TensorProto.INT8
 U8 = TensorProto.UINT8
 
 
-def _vi(name: str, elem: int, shape: list[int | str] | int) -> onnx.ValueInfoProto:
-    """A tensor value info; an int shape means that rank with unnamed dimensions."""
-    if isinstance(shape, int):
-        shape = [f"{name}_{i}" for i in range(shape)]
-    return oh.make_tensor_value_info(name, elem, shape)
+_vi = tensor_info
 
 
 def _np(elem: int) -> np.dtype:
