@@ -371,3 +371,20 @@ def test_adapters_see_inferred_shapes_and_the_model_gets_none_added() -> None:
     resize = next(n for n in lowered.graph.node if n.op_type == "Resize")
     modes = {a.name: a.s for a in resize.attribute if a.name == "coordinate_transformation_mode"}
     assert modes == {"coordinate_transformation_mode": b"half_pixel"}
+
+
+def test_ir_version_stays_high_enough_for_other_domains() -> None:
+    model = make_model(
+        [
+            oh.make_node("Relu", ["x"], ["r"]),
+            oh.make_node("Binarizer", ["r"], ["y"], domain="ai.onnx.ml", threshold=0.5),
+        ],
+        [_vi("x")],
+        [_vi("y")],
+        24,
+        extra_opsets={"ai.onnx.ml": 5},
+    )
+    lowered = lower_opset(model, 18)
+    # opset 18 alone allows IR 8, but ai.onnx.ml 5 came with IR 10.
+    assert lowered.ir_version == 10
+    onnx.checker.check_model(lowered, full_check=True)

@@ -19,7 +19,8 @@ Rules the pass follows:
    the model is made, so multi-GB models cost no extra memory.
 5. Only after every node succeeded are the default-domain opset imports of the model and
    of each function rewritten, ``ir_version`` lowered to the highest IR version the
-   target opset allows (``onnx.helper.VERSION_TABLE``) when it is higher, and stale
+   target opset allows (``onnx.helper.VERSION_TABLE``) when it is higher (but not below
+   what the model's other imported domains, such as ai.onnx.ml, need), and stale
    per-node version overrides cleared. Other domains are left as they are.
 6. A model already at or below the target is left alone (``modified=False``).
 """
@@ -350,7 +351,14 @@ def _relabel(model: ir.Model, target: int) -> None:
                 node.version = None
     main = default_opset(model.opset_imports)
     if main is not None:
-        limit = max_ir_version_for_opset(main)
+        # Not below what the other imported domains (ai.onnx.ml ...) need.
+        others = [
+            onnx.helper.make_opsetid(domain, version)
+            for domain, version in model.opset_imports.items()
+            if not schemas.is_default_domain(domain)
+        ]
+        floor = onnx.helper.find_min_ir_version_for(others, ignore_unknown=True) if others else 0
+        limit = max(max_ir_version_for_opset(main), floor)
         if model.ir_version > limit:
             model.ir_version = limit
 
