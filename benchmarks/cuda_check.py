@@ -47,7 +47,6 @@ import tempfile
 import time
 import warnings
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -135,19 +134,6 @@ def _gpu_name() -> str:
 # -- measuring ---------------------------------------------------------------------------
 
 
-def _walk(graph: Any) -> Iterator[Any]:
-    import onnx
-
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _walk(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from _walk(g)
-
-
 def _placement_from_profile(session: Any, feeds: dict[str, Any]) -> list[tuple[str, str, str]]:
     session.run(None, feeds)
     profile = session.end_profiling()
@@ -197,8 +183,10 @@ def measure(model: bytes, feeds: dict[str, Any], level: Any, runs: int) -> dict[
     else:
         placed = _placement_from_profile(session, feeds)
         how = "profiling args.provider"
+    from onnxscript_ep_passes._onnx import iter_nodes
+
     placed = [p for p in placed if p[1] not in ("MemcpyFromHost", "MemcpyToHost")]
-    memcpy = Counter(n.op_type for n in _walk(saved.graph))
+    memcpy = Counter(n.op_type for n in iter_nodes(saved.graph))
     cpu = [p for p in placed if p[2] != CUDA]
     if len(cpu) == len(placed):
         raise RuntimeError(f"{CUDA} received no node: not a CUDA measurement")

@@ -2,6 +2,7 @@
 
 - walking protos into subgraphs (:func:`iter_graphs`, :func:`iter_nodes`);
 - ONNX type strings of IR types (:func:`type_string`);
+- the schema in force for an op at an opset (:func:`get_schema`);
 - the function body ONNX's schema defines for a node (:func:`schema_function_body`).
 """
 
@@ -9,18 +10,32 @@ from __future__ import annotations
 
 __all__ = [
     "built_outputs",
+    "get_schema",
     "iter_graphs",
     "iter_nodes",
     "schema_function_body",
     "type_string",
 ]
 
+import functools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import onnx
 import onnx.defs
 import onnx_ir as ir
+
+
+@functools.cache
+def get_schema(op_type: str, opset: int, domain: str = "") -> onnx.defs.OpSchema | None:
+    """The schema of ``op_type`` in force at ``opset``, or None if there is none.
+
+    ``"ai.onnx"`` and ``""`` name the same domain.
+    """
+    try:
+        return onnx.defs.get_schema(op_type, opset, "" if domain == "ai.onnx" else domain)
+    except onnx.defs.SchemaError:
+        return None
 
 
 def iter_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:

@@ -29,7 +29,7 @@ __all__ = [
 import collections
 import dataclasses
 import tempfile
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +38,7 @@ import onnx.defs
 import onnx_ir as ir
 import onnxruntime as ort
 
+from onnxscript_ep_passes._onnx import get_schema, iter_nodes
 from onnxscript_ep_passes.ep import KernelTable, make_webgpu_session_options
 
 WEBGPU = "WebGpuExecutionProvider"
@@ -79,20 +80,9 @@ class EpRun:
         return dict(collections.Counter(n.op_type for n in self.cpu_nodes))
 
 
-def _walk(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _walk(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from _walk(g)
-
-
 def count_memcpy(model: onnx.ModelProto) -> tuple[int, int]:
     """(MemcpyFromHost, MemcpyToHost) nodes in every graph of ``model``."""
-    counts = collections.Counter(n.op_type for n in _walk(model.graph))
+    counts = collections.Counter(n.op_type for n in iter_nodes(model.graph))
     return counts["MemcpyFromHost"], counts["MemcpyToHost"]
 
 
@@ -194,13 +184,6 @@ def _model_nodes(model: ir.Model) -> dict[str, ir.Node]:
     return found
 
 
-def _schema(op: str, opset: int, domain: str) -> onnx.defs.OpSchema | None:
-    try:
-        return onnx.defs.get_schema(op, opset, domain)
-    except onnx.defs.SchemaError:
-        return None
-
-
 def audit_fallback(
     cpu_nodes: Collection[EpNode],
     model: ir.Model,
@@ -236,7 +219,7 @@ def audit_fallback(
             # Contrib domains (com.microsoft ...) have a single opset, version 1, in ORT.
             opsets = [model.opset_imports.get(domain, 1)]
         for opset in opsets:
-            schema = _schema(op, opset, domain) if domain == "" else None
+            schema = get_schema(op, opset, domain) if domain == "" else None
             if domain == "" and schema is None:
                 continue  # the op does not exist at this opset (e.g. Attention below 23)
             since = schema.since_version if schema is not None else opset

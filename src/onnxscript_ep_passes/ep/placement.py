@@ -75,7 +75,12 @@ import onnx.helper
 import onnx.shape_inference
 import onnx_ir as ir
 
-from onnxscript_ep_passes._onnx import built_outputs, schema_function_body, type_string
+from onnxscript_ep_passes._onnx import (
+    built_outputs,
+    get_schema,
+    schema_function_body,
+    type_string,
+)
 from onnxscript_ep_passes.ep.kernel_table import KernelTable, live_table, normalize_domain
 from onnxscript_ep_passes.ep.traits import EpTraits, traits_for
 
@@ -321,13 +326,6 @@ def _proto_type_string(tp: onnx.TypeProto) -> str | None:
     return None
 
 
-def _get_schema(op: str, opset: int, domain: str) -> onnx.defs.OpSchema | None:
-    try:
-        return onnx.defs.get_schema(op, opset, domain)
-    except onnx.defs.SchemaError:
-        return None
-
-
 @functools.lru_cache(maxsize=1)
 def _cpu_table() -> KernelTable | None:
     """The installed ORT's CPU kernels (which ops ORT must inline instead of running)."""
@@ -484,7 +482,7 @@ class _Builder:
                     )
                 continue
             opset = opsets.get(domain, 1)
-            schema = _get_schema(node.op_type, opset, domain)
+            schema = get_schema(node.op_type, opset, domain)
             since = schema.since_version if schema is not None else opset
             body = self._body_ort_inlines(node, domain, schema, inputs)
             if body is not None:
@@ -765,7 +763,7 @@ class _Builder:
         for n in scope.nodes:
             if id(n) in region and n.op_type not in _LAYOUT_AGNOSTIC_OPS:
                 n.nhwc = True
-        transpose_schema = _get_schema("Transpose", scope.opset, "")
+        transpose_schema = get_schema("Transpose", scope.opset, "")
         since = transpose_schema.since_version if transpose_schema is not None else scope.opset
         new_nodes: list[_Node] = []
         # Values entering the region: data input 0 of each NHWC node.

@@ -34,22 +34,13 @@ from collections.abc import Iterator
 import onnx
 import onnx.defs
 
-from onnxscript_ep_passes._onnx import type_string
+from onnxscript_ep_passes._onnx import get_schema, type_string
 
 DEFAULT_DOMAINS = frozenset({"", "ai.onnx"})
 
 
 def is_default_domain(domain: str) -> bool:
     return domain in DEFAULT_DOMAINS
-
-
-@functools.cache
-def get_schema(op_type: str, opset: int, domain: str = "") -> onnx.defs.OpSchema | None:
-    """The schema of ``op_type`` in force at ``opset``, or None if there is none."""
-    try:
-        return onnx.defs.get_schema(op_type, opset, "" if is_default_domain(domain) else domain)
-    except onnx.defs.SchemaError:
-        return None
 
 
 @functools.cache
