@@ -8,7 +8,13 @@ opset >= 23, "eager" plain MatMul/Softmax.
 
 from __future__ import annotations
 
-__all__ = ["DECODERS", "export_program", "export_proto", "sample_inputs"]
+__all__ = [
+    "DECODERS",
+    "export_dynamic_seq_proto",
+    "export_program",
+    "export_proto",
+    "sample_inputs",
+]
 
 import functools
 from typing import Any
@@ -113,4 +119,28 @@ def export_proto(kind: str, opset: int, attention: str = "sdpa") -> onnx.ModelPr
     """The exported ModelProto (cached per test session; a fresh copy each call)."""
     proto = onnx.ModelProto()
     proto.ParseFromString(_cached(kind, opset, attention))
+    return proto
+
+
+@functools.cache
+def _cached_dynamic_seq(kind: str, opset: int, attention: str) -> bytes:
+    torch = _torch()
+    seq = torch.export.Dim("seq", min=2, max=64)
+    program = torch.onnx.export(
+        _decoder(kind, attention),
+        (torch.randint(0, 128, (1, SEQ)),),
+        dynamo=True,
+        opset_version=opset,
+        input_names=["input_ids"],
+        dynamic_shapes=({1: seq},),
+        verbose=False,
+    )
+    return program.model_proto.SerializeToString()
+
+
+def export_dynamic_seq_proto(kind: str, opset: int, attention: str = "sdpa") -> onnx.ModelProto:
+    """A decoder exported with a dynamic sequence length: its rotary tables (Cos, Sin,
+    RotaryEmbedding) are computed in the graph, not folded (cached; a fresh copy)."""
+    proto = onnx.ModelProto()
+    proto.ParseFromString(_cached_dynamic_seq(kind, opset, attention))
     return proto

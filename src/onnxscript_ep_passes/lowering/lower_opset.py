@@ -166,11 +166,22 @@ class _Lowering:
             for value in graph.initializers.values()
             if value.uses()
         ]
-        for scope in self.scopes():
-            for node in list(ir.traversal.RecursiveGraphIterator(scope.graph)):
-                if schemas.is_default_domain(node.domain):
-                    opset = node.version if node.version is not None else scope.opset
-                    self.lower_node(node, opset, scope.label)
+        work = [
+            (node, node.version if node.version is not None else scope.opset, scope.label)
+            for scope in self.scopes()
+            for node in ir.traversal.RecursiveGraphIterator(scope.graph)
+            if schemas.is_default_domain(node.domain)
+        ]
+        # Types are inferred from the model as written, before the first change.
+        self.oracle.prepare(
+            value
+            for node, opset, _ in work
+            if (schemas.since_version(node.op_type, opset, node.domain) or 0) > self.target
+            for value in (*node.inputs, *node.outputs)
+            if value is not None and value.name  # not an omitted optional output
+        )
+        for node, opset, label in work:
+            self.lower_node(node, opset, label)
 
     def commit(self) -> None:
         self._take_back_shapes()

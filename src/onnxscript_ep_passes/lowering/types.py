@@ -6,6 +6,13 @@ Rules:
 * When a rule needs a type that is not declared, ONNX shape inference runs once over a
   copy of the model whose large initializers are replaced by typed graph inputs, so no
   weight is serialized; the caller's model is never changed by it.
+* Inference must see the model as the user wrote it: a half-lowered model (a replaced
+  node left without output names until commit, nodes built at a lower opset than the
+  model declares) makes ONNX's inference fail as a whole. A pass that will change the
+  model calls :meth:`TypeOracle.prepare` with the values it may ask about first; the
+  inference then runs before the first change, and only when one of them lacks a type
+  or shape. After that no model-wide inference runs: values built later get theirs
+  from per-node inference.
 * Model-local function bodies carry no types: they are inferred per call site, from the
   types at the call site's inputs; a value gets a type only when every call site agrees.
 * Nodes built by adapters get their output types from ONNX's per-node inference.
@@ -112,6 +119,30 @@ class TypeOracle:
         self._graph_types: dict[str, ir.TypeProtocol | None] = {}
         self._function_types: dict[ir.OperatorIdentifier, dict[str, ir.TypeProtocol | None]] = {}
         self._graph_owner: dict[int, ir.Function] | None = None
+        self._frozen = False  # set by prepare(): the model may change from now on
+
+    def prepare(self, values: Iterable[ir.Value]) -> None:
+        """Infer now (before the model changes) if any of ``values`` lacks a type or shape.
+
+        Values of a model-local function prepare that function's per-call inference; the
+        others the whole-model inference.
+        """
+        functions: dict[ir.OperatorIdentifier, ir.Function] = {}
+        whole_model = False
+        for value in values:
+            if _known(value.type) and value.shape is not None:
+                continue
+            producer = value.producer()
+            function = self._owning_function(producer.graph if producer else value.graph)
+            if function is not None:
+                functions.setdefault(function.identifier(), function)
+            else:
+                whole_model = True
+        if whole_model:
+            self._inferred()
+        for function in functions.values():
+            self._types_in_function(function)
+        self._frozen = True
 
     def type_of(self, value: ir.Value) -> ir.TypeProtocol | None:
         if _known(value.type):
@@ -144,7 +175,7 @@ class TypeOracle:
 
     def _inferred(self) -> dict[str, onnx.TypeProto]:
         if self._graph_protos is None:
-            self._graph_protos = self._infer_model()
+            self._graph_protos = {} if self._frozen else self._infer_model()
         return self._graph_protos
 
     def _owning_function(self, graph: ir.Graph | None) -> ir.Function | None:
@@ -197,7 +228,9 @@ class TypeOracle:
         key = function.identifier()
         if key in self._function_types:
             return self._function_types[key]
-        self._function_types[key] = {}  # guards recursion
+        self._function_types[key] = {}  # guards recursion; and no inference once frozen
+        if self._frozen:
+            return {}
         merged: dict[str, ir.TypeProtocol | None] = {}
         for call in self._call_sites(key):
             types = self._infer_call(function, call)

@@ -1,0 +1,37 @@
+"""Types the lowering infers: from the model as written, never from a half-lowered one."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+import pytest
+
+from onnxscript_ep_passes import lower_opset
+from tests.harness import run_model
+from tests.torch_models import export_dynamic_seq_proto, sample_inputs
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_llama_opset23_dynamic_seq_lowers_to_21(
+    attention: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RMSNormalization-23 is expanded before the rotary Cos/Sin are typed: inference must
+    have run on the model as exported (it used to run on the half-lowered one, fail with
+    "Output 0 is out of bounds" and leave Cos/Sin/RotaryEmbedding untyped: refused)."""
+    model = export_dynamic_seq_proto("llama", 23, attention)
+    ops = {node.op_type for node in model.graph.node}
+    assert {"RMSNormalization", "Cos", "Sin", "RotaryEmbedding"} <= ops
+    with caplog.at_level(logging.WARNING, logger="onnxscript_ep_passes"):
+        lowered = lower_opset(model, 21)
+    ours = [r for r in caplog.records if r.name.startswith("onnxscript_ep_passes")]
+    assert not [r.getMessage() for r in ours if r.levelno >= logging.WARNING]
+    assert [o.version for o in lowered.opset_import if o.domain == ""] == [21]
+    onnx.checker.check_model(lowered, full_check=True)
+    feeds = sample_inputs("llama")
+    (expected,), _ = run_model(model, feeds)
+    (actual,), how = run_model(lowered, feeds)
+    assert how == "onnxruntime"
+    np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-5)
