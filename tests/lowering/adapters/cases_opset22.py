@@ -104,6 +104,19 @@ def _maxunpool(elem: int) -> onnx.ModelProto:
     return make_model(nodes, [_vi("x", F, [1, 2, 4, 4])], [_vi("y", F, [1, 2, 4, 4])], 22)
 
 
+def _pool(op: str, shape: list[int | str], out_shape: list[int | str], **attrs: object):
+    """``x -> op -> y`` in float32, the output shape declared (the checker compares it)."""
+    node = oh.make_node(op, ["x"], ["y"], name="node", **attrs)
+    return make_model([node], [_vi("x", F, shape)], [_vi("y", F, out_shape)], 22)
+
+
+# ONNX's own ceil-mode cases: the last window starts in the right padding and opset 22
+# drops it; ceil_mode=0 gives the same windows at the older schema.
+_CEIL_PAD = {"ceil_mode": 1, "kernel_shape": [3, 3], "strides": [3, 3], "pads": [1, 1, 1, 1]}
+_CEIL_STRIDE = {"ceil_mode": 1, "kernel_shape": [1, 1], "strides": [2, 2]}
+# Axis 0 drops a window (needs floor), axis 1 keeps its extra ceil window: no ceil_mode fits.
+_CEIL_MIXED = {"ceil_mode": 1, "kernel_shape": [1, 2], "strides": [2, 2]}
+
 _POOL = {"kernel_shape": [3, 2], "strides": [1, 2], "pads": [1, 0, 1, 0], "dilations": [1, 1]}
 
 CASES: list[AdapterCase] = [
@@ -124,6 +137,65 @@ CASES: list[AdapterCase] = [
             "MaxPool", BF16, [1, 1, 5, 5], 4, kernel_shape=[2, 2], ceil_mode=1, strides=[2, 2]
         ),
         target=18,
+    ),
+    AdapterCase(
+        "MaxPool",
+        22,
+        "ceil_last_window_in_padding_to_18",
+        lambda: _pool("MaxPool", [1, 1, 2, 2], [1, 1, 1, 1], **_CEIL_STRIDE),
+        target=18,
+    ),
+    AdapterCase(
+        "MaxPool",
+        22,
+        "ceil_window_kept",
+        lambda: _pool(
+            "MaxPool", [1, 1, 5, 5], [1, 1, 3, 3], **_CEIL_MIXED | {"kernel_shape": [2, 2]}
+        ),
+    ),
+    AdapterCase(
+        "MaxPool",
+        22,
+        "ceil_mixed_axes_refused",
+        lambda: _pool("MaxPool", [1, 1, 2, 5], [1, 1, 1, 3], **_CEIL_MIXED),
+        refuse=r"node 'node' \(MaxPool-22.*ceil_mode=1.*no ceil_mode of MaxPool-12 .*"
+        r"axis 0: 1 \(ceil 2, floor 1\); axis 1: 3 \(ceil 3, floor 2\)",
+    ),
+    AdapterCase(
+        "MaxPool",
+        22,
+        "ceil_dynamic_size_refused",
+        lambda: _pool("MaxPool", [1, 1, "h", "w"], [1, 1, "oh", "ow"], **_CEIL_STRIDE),
+        refuse=r"MaxPool-22.*spatial axis 0 has no static size: a window may start in the right",
+    ),
+    AdapterCase(
+        "MaxPool",
+        22,
+        "ceil_dynamic_size_no_window_in_padding",
+        lambda: _pool(
+            "MaxPool", [1, 1, "h", "w"], [1, 1, "oh", "ow"], ceil_mode=1, kernel_shape=[3, 3]
+        ),
+        feeds=lambda rng: {"x": rng.standard_normal((1, 1, 7, 6)).astype(np.float32)},
+    ),
+    AdapterCase(
+        "AveragePool",
+        22,
+        "ceil_last_window_starts_on_pad_to_18",
+        lambda: _pool("AveragePool", [1, 3, 2, 2], [1, 3, 1, 1], count_include_pad=1, **_CEIL_PAD),
+        target=18,
+    ),
+    AdapterCase(
+        "AveragePool",
+        22,
+        "bf16_refused",
+        lambda: _unary("AveragePool", BF16, [1, 1, 4, 4], 4, kernel_shape=[2, 2]),
+        refuse=r"node 'node' \(AveragePool-22.*BFLOAT16, which AveragePool-19 does not allow",
+    ),
+    AdapterCase(
+        "LpPool",
+        22,
+        "ceil_last_window_starts_on_pad",
+        lambda: _pool("LpPool", [1, 3, 2, 2], [1, 3, 1, 1], p=2, **_CEIL_PAD),
     ),
     AdapterCase(
         "GlobalMaxPool", 22, "bf16", lambda: _unary("GlobalMaxPool", BF16, [2, 3, 4, 5], 4)
