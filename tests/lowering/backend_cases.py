@@ -18,6 +18,7 @@ from __future__ import annotations
 __all__ = [
     "RANDOM_OPS",
     "OneOpModel",
+    "all_testcases",
     "benign_models",
     "missing_steps",
     "new_type_model",
@@ -88,14 +89,19 @@ class OneOpModel:
 
 
 @functools.cache
-def _testcases_by_op() -> dict[str, tuple[TestCase, ...]]:
+def all_testcases() -> tuple[TestCase, ...]:
+    """ONNX's node test cases (collected once per test session)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the generators overflow on purpose
         from onnx.backend.test.case.node import collect_testcases
 
-        cases = collect_testcases()
+        return tuple(collect_testcases())
+
+
+@functools.cache
+def _testcases_by_op() -> dict[str, tuple[TestCase, ...]]:
     grouped: dict[str, list[TestCase]] = {}
-    for case in cases:
+    for case in all_testcases():
         if case.model is None:
             continue
         ops = {node.op_type for node in case.model.graph.node}

@@ -6,10 +6,13 @@ import logging
 
 import numpy as np
 import onnx
+import onnx.reference
 import pytest
+from onnx.backend.test.case.test_case import TestCase
 
 from onnxscript_ep_passes import lower_opset
 from tests.harness import run_model
+from tests.lowering.backend_cases import all_testcases
 from tests.torch_models import export_dynamic_seq_proto, sample_inputs
 
 
@@ -35,3 +38,23 @@ def test_llama_opset23_dynamic_seq_lowers_to_21(
     (actual,), how = run_model(lowered, feeds)
     assert how == "onnxruntime"
     np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-5)
+
+
+def _backend_case(name: str) -> TestCase:
+    return next(case for case in all_testcases() if case.name == name)
+
+
+def test_subgraph_of_another_domains_op_is_typed() -> None:
+    """FlexAttention (ai.onnx.preview) holds an ai.onnx ``score_mod`` subgraph that ONNX's
+    inference does not enter: its Range over Shape/Gather is still known to be int64, so
+    the Reshape-25/Range nodes in it lower to 18 instead of being refused as unknown."""
+    case = _backend_case("test_flexattention_causal_mask")
+    assert case.model is not None
+    (inputs, expected), *_ = case.data_sets
+    lowered = lower_opset(case.model, 18)
+    onnx.checker.check_model(lowered, full_check=True)
+    (score_mod,) = (a.g for a in lowered.graph.node[0].attribute if a.name == "score_mod")
+    assert "Reshape" in {node.op_type for node in score_mod.node}
+    names = [value.name for value in lowered.graph.input]
+    (actual,) = onnx.reference.ReferenceEvaluator(lowered).run(None, dict(zip(names, inputs)))
+    np.testing.assert_allclose(actual, expected[0], rtol=1e-5, atol=1e-6)

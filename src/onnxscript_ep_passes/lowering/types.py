@@ -194,34 +194,70 @@ class TypeOracle:
         """Shape inference over a weight-free serialization of the model.
 
         Large initializers become typed graph inputs, so no weight is read or copied; the
-        model itself is not touched.
+        model itself is not touched. Subgraphs that ONNX's inference does not enter (those
+        of an op whose inference ignores its graph attribute, such as FlexAttention's
+        ``score_mod`` in ai.onnx.preview) are then inferred on their own, with the
+        outer-scope values they read as typed inputs.
         """
         model, graph = self._model, self._model.graph
-        proto = onnx.ModelProto(ir_version=model.ir_version)
-        for domain, version in model.opset_imports.items():
-            proto.opset_import.append(onnx.helper.make_opsetid(domain, version))
-        graph_proto = proto.graph
-        graph_proto.name = graph.name or "graph"
-        graph_proto.input.extend(ir.serde.serialize_value(v) for v in graph.inputs)
-        input_ids = {id(v) for v in graph.inputs}
-        for value in graph.initializers.values():
-            data = _const_proto(value)
-            if data is not None:
-                graph_proto.initializer.append(data)
-            elif id(value) not in input_ids:
-                graph_proto.input.append(ir.serde.serialize_value(value))
-        graph_proto.node.extend(ir.serde.serialize_node(node) for node in graph)
-        graph_proto.output.extend(ir.serde.serialize_value(v) for v in graph.outputs)
+        proto = self._model_proto(_weight_free_graph(graph, []))
         proto.functions.extend(ir.serde.serialize_function(f) for f in model.functions.values())
         try:
             inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
         except Exception as error:
             logger.warning("ONNX shape inference failed: %s", error)
             return {}
-        return {
+        types = {
             info.name: info.type
             for info in _all_value_infos(inferred.graph)
             if info.type.WhichOneof("value") is not None
+        }
+        for node in ir.traversal.RecursiveGraphIterator(graph):
+            for sub in _subgraphs(node):
+                if any(v.name and v.name not in types for n in sub for v in n.outputs):
+                    types.update(self._infer_subgraph(sub, types))
+        return types
+
+    def _model_proto(self, graph: onnx.GraphProto) -> onnx.ModelProto:
+        proto = onnx.ModelProto(ir_version=self._model.ir_version, graph=graph)
+        for domain, version in self._model.opset_imports.items():
+            proto.opset_import.append(onnx.helper.make_opsetid(domain, version))
+        return proto
+
+    def _infer_subgraph(
+        self, graph: ir.Graph, known: dict[str, onnx.TypeProto]
+    ) -> dict[str, onnx.TypeProto]:
+        inner: set[int] = set()  # values defined in the subgraph or one nested in it
+        for sub in (
+            graph,
+            *(g for node in ir.traversal.RecursiveGraphIterator(graph) for g in _subgraphs(node)),
+        ):
+            inner.update(id(v) for v in sub.inputs)
+            inner.update(id(v) for v in sub.initializers.values())
+            inner.update(id(v) for node in sub for v in node.outputs)
+        outer: list[onnx.ValueInfoProto] = []
+        seen: set[str] = set()
+        for node in ir.traversal.RecursiveGraphIterator(graph):
+            for value in node.inputs:
+                if value is None or id(value) in inner or not value.name or value.name in seen:
+                    continue
+                seen.add(value.name)
+                type_proto = known.get(value.name)
+                if type_proto is None and _known(value.type):
+                    type_proto = onnx.TypeProto()
+                    ir.serde.serialize_type_into(type_proto, value.type)  # type: ignore[arg-type]
+                if type_proto is not None:
+                    outer.append(onnx.helper.make_value_info(value.name, type_proto))
+        try:
+            proto = self._model_proto(_weight_free_graph(graph, outer))
+            inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+        except Exception as error:
+            logger.debug("no inference for subgraph '%s': %s", graph.name, error)
+            return {}
+        return {
+            info.name: info.type
+            for info in _all_value_infos(inferred.graph)
+            if info.type.WhichOneof("value") is not None and info.name not in known
         }
 
     def _types_in_function(self, function: ir.Function) -> dict[str, ir.TypeProtocol | None]:
@@ -304,6 +340,31 @@ def _bind_attribute_refs(graph: onnx.GraphProto, attrs: dict[str, onnx.Attribute
                 kept.append(attr)
         del node.attribute[:]
         node.attribute.extend(kept)
+
+
+def _weight_free_graph(graph: ir.Graph, extra_inputs: list[onnx.ValueInfoProto]) -> onnx.GraphProto:
+    """``graph`` as a GraphProto whose large initializers are typed inputs instead."""
+    proto = onnx.GraphProto(name=graph.name or "graph")
+    proto.input.extend(ir.serde.serialize_value(v) for v in graph.inputs)
+    proto.input.extend(extra_inputs)
+    input_ids = {id(v) for v in graph.inputs}
+    for value in graph.initializers.values():
+        data = _const_proto(value)
+        if data is not None:
+            proto.initializer.append(data)
+        elif id(value) not in input_ids:
+            proto.input.append(ir.serde.serialize_value(value))
+    proto.node.extend(ir.serde.serialize_node(node) for node in graph)
+    proto.output.extend(ir.serde.serialize_value(v) for v in graph.outputs)
+    return proto
+
+
+def _subgraphs(node: ir.Node) -> Iterable[ir.Graph]:
+    for attr in node.attributes.values():
+        if attr.type == ir.AttributeType.GRAPH:
+            yield attr.as_graph()
+        elif attr.type == ir.AttributeType.GRAPHS:
+            yield from attr.as_graphs()
 
 
 def _all_value_infos(graph: onnx.GraphProto) -> Iterable[onnx.ValueInfoProto]:
