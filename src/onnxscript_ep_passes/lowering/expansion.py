@@ -28,6 +28,7 @@ __all__ = [
     "expand_node",
     "function_body",
     "function_body_version",
+    "meaning_changed",
 ]
 
 from typing import Any
@@ -200,7 +201,7 @@ def function_body_version(op_type: str, opset: int, domain: str = "") -> int | N
     return max(usable) if usable else None
 
 
-def _meaning_kept(node: ir.Node, body_opset: int, opset: int) -> str | None:
+def meaning_changed(node: ir.Node, body_opset: int, opset: int) -> str | None:
     """Why ``node``, written at ``body_opset``, may mean something else at ``opset`` (or None)."""
     if not schemas.is_default_domain(node.domain) or body_opset >= opset:
         return None
@@ -271,7 +272,7 @@ def expand_node(
     try:
         values = expand_function_body(ctx, body_version)
         for built, built_opset in ctx.built:
-            problem = _meaning_kept(built, built_opset, opset)
+            problem = meaning_changed(built, built_opset, opset)
             if problem is not None:
                 ctx.refuse(problem)
         built_ids = {id(n) for n, _ in ctx.built}

@@ -17,12 +17,17 @@ Rules the pass follows:
    undone (adapters change only their node's attributes and inputs, and build new nodes
    through the context), and replaced nodes leave the graph only on success. No copy of
    the model is made, so multi-GB models cost no extra memory.
-5. Only after every node succeeded are the default-domain opset imports of the model and
+5. A node an expansion built that ORT's CPU EP has no kernel for at the target (Swish-24
+   from SwiGLU-28 in an opset-27 model; Elu on double from Celu-28) is expanded in turn
+   through its own ONNX function body, when one exists whose every node means the same
+   at the target: the primitive form is what ORT can load. Nodes the user wrote are
+   never expanded this way.
+6. Only after every node succeeded are the default-domain opset imports of the model and
    of each function rewritten, ``ir_version`` lowered to the highest IR version the
    target opset allows (``onnx.helper.VERSION_TABLE``) when it is higher (but not below
    what the model's other imported domains, such as ai.onnx.ml, need), and stale
    per-node version overrides cleared. Other domains are left as they are.
-6. A model already at or below the target is left alone (``modified=False``).
+7. A model already at or below the target is left alone (``modified=False``).
 """
 
 from __future__ import annotations
@@ -48,6 +53,12 @@ import onnx_ir as ir
 from onnxscript_ep_passes.errors import DowngradeError, Refusal
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.context import DowngradeContext, NodeNames, NodeRefusedError
+from onnxscript_ep_passes.lowering.expansion import (
+    expand_function_body,
+    function_body_version,
+    meaning_changed,
+)
+from onnxscript_ep_passes.lowering.ort_kernels import cpu_has_kernel
 from onnxscript_ep_passes.lowering.registry import DEFAULT_REGISTRY, AdapterRegistry
 from onnxscript_ep_passes.lowering.types import TypeOracle
 
@@ -283,11 +294,53 @@ class _Lowering:
         ]
         if node.graph is not None and schemas.is_default_domain(node.domain):
             self.lower_node(node, opset, scope)
+            if id(node) not in self._dead_ids and node.graph is not None:
+                self._prefer_primitive(node, scope)
         if id(node) in self._dead_ids:
             return  # replaced: its subgraphs are gone with it
         for sub in inner:
             if sub.graph is not None and schemas.is_default_domain(sub.domain):
                 self.lower_node(sub, opset, scope)
+
+    def _prefer_primitive(self, node: ir.Node, scope: str) -> None:
+        """Expand a built node ORT's CPU EP has no kernel for through its function body."""
+        since = schemas.since_version(node.op_type, self.target, node.domain)
+        if since is None:
+            return
+        first = node.inputs[0] if node.inputs else None
+        type_str = None if first is None else schemas.type_string(self.oracle.type_of(first))
+        if cpu_has_kernel(node.op_type, node.domain, since, type_str):
+            return
+        body_version = function_body_version(node.op_type, self.target, node.domain)
+        if body_version is None:
+            return
+        previous = (
+            schemas.since_version(node.op_type, since - 1, node.domain) if since > 1 else None
+        )
+        ctx = DowngradeContext(node, since, previous, self.target, self.oracle, self.names)
+        try:
+            values = expand_function_body(ctx, body_version)
+            for built, built_opset in ctx.built:
+                problem = meaning_changed(built, built_opset, self.target)
+                if problem is not None:
+                    ctx.refuse(problem)
+        except NodeRefusedError as error:
+            for built, _ in reversed(ctx.built):
+                if built.graph is not None:
+                    built.graph.remove(built, safe=False)
+            logger.debug("%s: %s '%s' kept: %s", scope, node.op_type, node.name, error.reason)
+            return
+        self.journal.built([n for n, _ in ctx.built])
+        self._replace(node, values, ctx)
+        logger.debug(
+            "%s: %s '%s' has no ORT CPU kernel at opset %d: expanded into its body",
+            scope,
+            node.op_type,
+            node.name,
+            self.target,
+        )
+        for new_node, new_opset in ctx.built:
+            self._lower_built(new_node, new_opset, scope)
 
     def _replace(
         self, node: ir.Node, values: Sequence[ir.Value | None], ctx: DowngradeContext

@@ -1,0 +1,63 @@
+"""Whether ONNX Runtime's CPU EP has a kernel for a node, as the lowering builds it.
+
+Rules:
+
+* The CPU EP is the fallback of every ORT session: a node it has no kernel for, and no
+  other EP takes, makes the model fail to load. ORT inlines an ONNX function op only
+  when the function body's opset agrees with the model's, so a function op written at
+  an older opset than the model (Swish-24 in an opset-27 model) is not rescued.
+* The kernels are those the installed ``onnxruntime`` registers, read once
+  (``get_all_opkernel_def``). A node matches a kernel as ORT matches it: the since
+  version of the node's schema equals the kernel's start version, or lies inside a
+  closed range; and its first input's tensor type is one the kernel lists.
+* When the listing is unavailable (an ORT build that cannot create one of its EPs on
+  this machine), every node is taken as runnable: the lowering then builds what it
+  built before.
+"""
+
+from __future__ import annotations
+
+__all__ = ["cpu_has_kernel"]
+
+import functools
+import logging
+
+logger = logging.getLogger(__name__)
+
+_OPEN_END = 2**31 - 1
+
+_Kernel = tuple[int, int, frozenset[str]]  # start, end, every type string it accepts
+
+
+@functools.cache
+def _cpu_kernels() -> dict[tuple[str, str], tuple[_Kernel, ...]] | None:
+    try:
+        from onnxruntime.capi import _pybind_state
+
+        definitions = _pybind_state.get_all_opkernel_def()
+    except Exception as error:  # pragma: no cover - depends on the ORT build
+        logger.debug("ORT's kernel listing is unavailable: %s", error)
+        return None
+    kernels: dict[tuple[str, str], list[_Kernel]] = {}
+    for definition in definitions:
+        if definition.provider != "CPUExecutionProvider":
+            continue
+        domain = "" if definition.domain in ("", "ai.onnx") else definition.domain
+        start, end = definition.version_range
+        types = frozenset(t for allowed in definition.type_constraints.values() for t in allowed)
+        kernels.setdefault((domain, definition.op_name), []).append((start, end, types))
+    return {key: tuple(found) for key, found in kernels.items()}
+
+
+def cpu_has_kernel(op_type: str, domain: str, since_version: int, type_str: str | None) -> bool:
+    """Whether ORT's CPU EP runs ``op_type`` at schema ``since_version`` on ``type_str``
+    (the node's first input type, e.g. ``tensor(double)``; None: any type)."""
+    kernels = _cpu_kernels()
+    if kernels is None:
+        return True
+    domain = "" if domain in ("", "ai.onnx") else domain
+    for start, end, types in kernels.get((domain, op_type), ()):
+        matches = start == since_version or (end != _OPEN_END and start <= since_version <= end)
+        if matches and (type_str is None or not types or type_str in types):
+            return True
+    return False
