@@ -1,17 +1,22 @@
 """Expansions end in what ORT can load: a built node without an ORT CPU kernel at the
-target is expanded through its own function body; a node the user wrote is kept."""
+target is expanded through its own function body; a node the user wrote is kept; a
+default-domain op ORT defines and ONNX does not is carried unchanged."""
 
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 import onnx
 import onnx.helper as oh
+import onnx.numpy_helper
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto
 
 from onnxscript_ep_passes import lower_opset
 from onnxscript_ep_passes.lowering.ort_kernels import cpu_has_kernel
-from tests.harness import make_model, run_model
+from tests.harness import assert_refuses, make_model, run_model
 
 F, D = TensorProto.FLOAT, TensorProto.DOUBLE
 
@@ -74,3 +79,51 @@ def test_a_node_the_user_wrote_is_kept() -> None:
     )
     lowered = lower_opset(model, 27)
     assert [n.op_type for n in lowered.graph.node] == ["Swish"]
+
+
+def _genai_norm_model(op: str = "SimplifiedLayerNormalization") -> onnx.ModelProto:
+    """x -> SimplifiedLayerNormalization (default domain, as ORT GenAI writes it) -> MatMul,
+    and a Reshape-21 beside it that the lowering must rewrite."""
+    rng = np.random.default_rng(0)
+    nodes = [
+        oh.make_node(op, ["x", "scale"], ["n"], name="norm", axis=-1, epsilon=1e-5),
+        oh.make_node("MatMul", ["n", "w"], ["y"], name="proj"),
+        oh.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+    ]
+    initializers = [
+        onnx.numpy_helper.from_array(np.linspace(0.5, 1.5, 8).astype(np.float32), "scale"),
+        onnx.numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w"),
+        onnx.numpy_helper.from_array(np.array([4, 4], dtype=np.int64), "shape"),
+    ]
+    return make_model(
+        nodes,
+        [oh.make_tensor_value_info("x", F, [2, 8])],
+        [oh.make_tensor_value_info("y", F, [2, 4]), oh.make_tensor_value_info("r", F, [4, 4])],
+        22,
+        initializers=initializers,
+    )
+
+
+def test_ops_ort_defines_and_onnx_does_not_are_carried(caplog: pytest.LogCaptureFixture) -> None:
+    model = _genai_norm_model()
+    with caplog.at_level(logging.INFO, logger="onnxscript_ep_passes"):
+        lowered = lower_opset(model, 20)
+    assert [o.version for o in lowered.opset_import if o.domain == ""] == [20]
+    norm = next(n for n in lowered.graph.node if n.name == "norm")
+    assert (norm.op_type, norm.domain, list(norm.input)) == (
+        "SimplifiedLayerNormalization",
+        "",
+        ["x", "scale"],
+    )
+    assert "Carried 1 nodes unchanged" in caplog.text
+    assert "SimplifiedLayerNormalization" in caplog.text
+    x = np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32)
+    expected, _ = run_model(model, {"x": x})
+    actual, how = run_model(lowered, {"x": x})
+    assert how == "onnxruntime"
+    for e, a in zip(expected, actual):
+        np.testing.assert_array_equal(a, e)
+
+
+def test_ops_nobody_defines_are_still_refused() -> None:
+    assert_refuses(_genai_norm_model("NoSuchNormalization"), 20, r"no ONNX schema for NoSuch")

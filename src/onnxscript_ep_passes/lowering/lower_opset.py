@@ -22,12 +22,16 @@ Rules the pass follows:
    through its own ONNX function body, when one exists whose every node means the same
    at the target: the primitive form is what ORT can load. Nodes the user wrote are
    never expanded this way.
-6. Only after every node succeeded are the default-domain opset imports of the model and
+6. A default-domain op that ONNX does not define at any opset but ONNX Runtime does
+   (SimplifiedLayerNormalization, as ORT GenAI's model builder writes it) is carried
+   unchanged: its meaning is ORT's and does not depend on the ai.onnx opset. Such nodes
+   are logged (one INFO line). Any other unknown op is refused.
+7. Only after every node succeeded are the default-domain opset imports of the model and
    of each function rewritten, ``ir_version`` lowered to the highest IR version the
    target opset allows (``onnx.helper.VERSION_TABLE``) when it is higher (but not below
    what the model's other imported domains, such as ai.onnx.ml, need), and stale
    per-node version overrides cleared. Other domains are left as they are.
-7. A model already at or below the target is left alone (``modified=False``).
+8. A model already at or below the target is left alone (``modified=False``).
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ from onnxscript_ep_passes.lowering.expansion import (
     function_body_version,
     meaning_changed,
 )
-from onnxscript_ep_passes.lowering.ort_kernels import cpu_has_kernel
+from onnxscript_ep_passes.lowering.ort_kernels import cpu_has_kernel, ort_defines
 from onnxscript_ep_passes.lowering.registry import DEFAULT_REGISTRY, AdapterRegistry
 from onnxscript_ep_passes.lowering.types import TypeOracle
 
@@ -152,6 +156,7 @@ class _Lowering:
         self.names = NodeNames(model)
         self.refusals: list[Refusal] = []
         self.rewritten: set[int] = set()  # ids of the nodes adapters changed
+        self.carried: list[ir.Node] = []  # ops ORT defines and ONNX does not, kept as they are
         self.journal = _Journal()
         self._dead: list[ir.Node] = []
         self._dead_ids: set[int] = set()
@@ -215,6 +220,9 @@ class _Lowering:
 
     def lower_node(self, node: ir.Node, opset: int, scope: str) -> None:
         start = schemas.since_version(node.op_type, opset, node.domain)
+        if start is None and _ort_only(node):
+            self.carried.append(node)
+            return
         if start is None:
             reason = f"no ONNX schema for {node.op_type} at opset {opset}"
             self._refuse(node, opset, opset, reason, scope)
@@ -404,6 +412,14 @@ class _Lowering:
         )
 
 
+def _ort_only(node: ir.Node) -> bool:
+    """An op ONNX defines at no opset and ONNX Runtime registers in the default domain."""
+    latest = onnx.defs.onnx_opset_version()
+    return schemas.since_version(node.op_type, latest, node.domain) is None and ort_defines(
+        node.op_type, node.domain
+    )
+
+
 def _relabel(model: ir.Model, target: int) -> None:
     graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
     for graph in graphs:
@@ -478,6 +494,14 @@ class LowerOpsetPass(ir.passes.InPlacePass):
             )
         lowering.commit()
         _relabel(model, self.target_opset)
+        if lowering.carried:
+            ops = sorted({node.op_type for node in lowering.carried})
+            logger.info(
+                "Carried %d nodes unchanged whose ops ONNX does not define but ONNX Runtime "
+                "does (%s): their meaning does not depend on the ai.onnx opset",
+                len(lowering.carried),
+                ", ".join(ops),
+            )
         logger.log(
             logging.INFO if self.announce else logging.DEBUG,
             "Lowered model '%s' from opset %s to %d%s (%d nodes rewritten). "

@@ -1,4 +1,5 @@
-"""Whether ONNX Runtime's CPU EP has a kernel for a node, as the lowering builds it.
+"""What ONNX Runtime runs: a CPU kernel for a node the lowering builds; default-domain
+ops ORT defines that ONNX does not (SimplifiedLayerNormalization).
 
 Rules:
 
@@ -17,10 +18,11 @@ Rules:
 
 from __future__ import annotations
 
-__all__ = ["cpu_has_kernel"]
+__all__ = ["cpu_has_kernel", "ort_defines"]
 
 import functools
 import logging
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -30,21 +32,33 @@ _Kernel = tuple[int, int, frozenset[str]]  # start, end, every type string it ac
 
 
 @functools.cache
-def _cpu_kernels() -> dict[tuple[str, str], tuple[_Kernel, ...]] | None:
+def _kernel_definitions() -> tuple[Any, ...] | None:
     try:
         from onnxruntime.capi import _pybind_state
 
-        definitions = _pybind_state.get_all_opkernel_def()
+        return tuple(_pybind_state.get_all_opkernel_def())
     except Exception as error:  # pragma: no cover - depends on the ORT build
         logger.debug("ORT's kernel listing is unavailable: %s", error)
+        return None
+
+
+def _domain(domain: str) -> str:
+    return "" if domain in ("", "ai.onnx") else domain
+
+
+@functools.cache
+def _cpu_kernels() -> dict[tuple[str, str], tuple[_Kernel, ...]] | None:
+    definitions = _kernel_definitions()
+    if definitions is None:
         return None
     kernels: dict[tuple[str, str], list[_Kernel]] = {}
     for definition in definitions:
         if definition.provider != "CPUExecutionProvider":
             continue
-        domain = "" if definition.domain in ("", "ai.onnx") else definition.domain
+        domain = _domain(definition.domain)
         start, end = definition.version_range
-        types = frozenset(t for allowed in definition.type_constraints.values() for t in allowed)
+        constraints = definition.type_constraints
+        types = frozenset(t for allowed in constraints.values() for t in allowed)
         kernels.setdefault((domain, definition.op_name), []).append((start, end, types))
     return {key: tuple(found) for key, found in kernels.items()}
 
@@ -55,9 +69,20 @@ def cpu_has_kernel(op_type: str, domain: str, since_version: int, type_str: str 
     kernels = _cpu_kernels()
     if kernels is None:
         return True
-    domain = "" if domain in ("", "ai.onnx") else domain
+    domain = _domain(domain)
     for start, end, types in kernels.get((domain, op_type), ()):
         matches = start == since_version or (end != _OPEN_END and start <= since_version <= end)
         if matches and (type_str is None or not types or type_str in types):
             return True
     return False
+
+
+@functools.cache
+def ort_defines(op_type: str, domain: str) -> bool:
+    """Whether some EP of the installed ORT registers a kernel for ``op_type`` in ``domain``
+    (False when the listing is unavailable: the op is then treated as unknown)."""
+    definitions = _kernel_definitions()
+    if definitions is None:
+        return False
+    key = (_domain(domain), op_type)
+    return any((_domain(d.domain), d.op_name) == key for d in definitions)
