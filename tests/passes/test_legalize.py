@@ -18,9 +18,9 @@ import pytest
 from onnxscript_ep_passes.ep import KernelTable, get_table
 from onnxscript_ep_passes.lowering.context import NodeRefusedError
 from onnxscript_ep_passes.lowering.expansion import (
-    _meaning_kept,
     expand_node,
     function_body_version,
+    meaning_changed,
 )
 from onnxscript_ep_passes.passes import (
     LegalizeForEpPass,
@@ -160,12 +160,12 @@ def test_body_nodes_must_mean_the_same_at_the_model_opset() -> None:
     def node(op: str) -> ir.Node:
         return ir.Node("", op, [], num_outputs=1)
 
-    assert _meaning_kept(node("Reshape"), 23, 25) is None  # type-only steps
-    assert _meaning_kept(node("Cast"), 23, 25) is None  # round_mode: float8e8m0 only
-    assert _meaning_kept(node("Softmax"), 13, 28) is None  # unchanged
-    reason = _meaning_kept(node("Mod"), 27, 28)  # float fmod=0 became floor-mod at 28
+    assert meaning_changed(node("Reshape"), 23, 25) is None  # type-only steps
+    assert meaning_changed(node("Cast"), 23, 25) is None  # round_mode: float8e8m0 only
+    assert meaning_changed(node("Softmax"), 13, 28) is None  # unchanged
+    reason = meaning_changed(node("Mod"), 27, 28)  # float fmod=0 became floor-mod at 28
     assert reason is not None and "Mod-28" in reason
-    reason = _meaning_kept(node("GroupNormalization"), 18, 21)
+    reason = meaning_changed(node("GroupNormalization"), 18, 21)
     assert reason is not None and "stash_type" in reason
 
 
