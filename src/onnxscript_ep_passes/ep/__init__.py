@@ -5,12 +5,20 @@
   live from the installed ORT).
 - :mod:`~onnxscript_ep_passes.ep.traits` -- which inputs/outputs an EP keeps in CPU memory,
   and whether ORT moves small shape computations off it.
+- :mod:`~onnxscript_ep_passes.ep.cost` -- the one cost objective that ranks predicted
+  placements and candidates.
 - :mod:`~onnxscript_ep_passes.ep.placement` -- predict ORT's node placement and Memcpy count
   for a model on an EP, without creating a session.
 - :mod:`~onnxscript_ep_passes.ep.webgpu` -- the real WebGPU plugin EP: registration,
   session options, and measuring placement in a real session.
 """
 
+from onnxscript_ep_passes.ep.cost import (
+    CandidateRank,
+    PlacementCost,
+    candidate_rank,
+    placement_cost,
+)
 from onnxscript_ep_passes.ep.kernel_table import (
     KernelRange,
     KernelTable,
@@ -40,6 +48,7 @@ from onnxscript_ep_passes.ep.webgpu import (
 )
 
 __all__ = [
+    "CandidateRank",
     "EpTraits",
     "KernelRange",
     "KernelTable",
@@ -47,17 +56,20 @@ __all__ = [
     "MeasuredNode",
     "NoEpNodesError",
     "NodePlacement",
+    "PlacementCost",
     "PlacementMeasurement",
     "PlacementPrediction",
     "SnapshotInfo",
     "Transfer",
     "available_snapshots",
+    "candidate_rank",
     "canonical_ep_name",
     "get_table",
     "live_table",
     "load_snapshot",
     "make_webgpu_session_options",
     "measure_placement",
+    "placement_cost",
     "predict_placement",
     "register_webgpu",
     "traits_for",
