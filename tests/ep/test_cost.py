@@ -8,7 +8,9 @@ from onnxscript_ep_passes.ep.placement import NodePlacement, PlacementPrediction
 
 def _prediction(fallback: int, shape: int, memcpy: int) -> PlacementPrediction:
     nodes = [
-        NodePlacement(f"f{i}", "Transpose", "", 25, "cpu", "no kernel", reason_code="no_kernel_version")
+        NodePlacement(
+            f"f{i}", "Transpose", "", 25, "cpu", "no kernel", reason_code="no_kernel_version"
+        )
         for i in range(fallback)
     ]
     nodes += [

@@ -1,7 +1,6 @@
 """Passes that join graph rewriting (:mod:`..lowering`) with EP knowledge (:mod:`..ep`)."""
 
 from onnxscript_ep_passes.ep.cost import placement_cost
-
 from onnxscript_ep_passes.passes.legalize import (
     LegalizationDecision,
     LegalizationResult,

@@ -62,8 +62,10 @@ import onnx.reference
 import onnx_ir as ir
 
 from onnxscript_ep_passes.ep.cost import placement_cost
-from onnxscript_ep_passes.ep.kernel_table import KernelTable, canonical_ep_name, get_table
+from onnxscript_ep_passes.ep.kernel_table import KernelTable
+from onnxscript_ep_passes.ep.names import canonical_ep_name
 from onnxscript_ep_passes.ep.placement import NodePlacement, PlacementPrediction, predict_placement
+from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.context import NodeRefusedError
 from onnxscript_ep_passes.lowering.expansion import expand_node, function_body_version

@@ -46,8 +46,10 @@ import logging
 import onnx_ir as ir
 
 from onnxscript_ep_passes.ep.cost import CandidateRank, candidate_rank
-from onnxscript_ep_passes.ep.kernel_table import KernelTable, canonical_ep_name, get_table
+from onnxscript_ep_passes.ep.kernel_table import KernelTable
+from onnxscript_ep_passes.ep.names import canonical_ep_name
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
+from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.errors import DowngradeError
 from onnxscript_ep_passes.lowering.lower_opset import (
     MIN_TARGET_OPSET,
