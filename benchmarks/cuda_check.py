@@ -246,9 +246,7 @@ def run_case(kind: str, opset: int, table: Any, runs: int) -> dict[str, Any]:
         proto = export_proto(kind, opset)
     feeds = sample_inputs(kind)
     model = ir.serde.deserialize_model(proto)
-    lowering = LowerOpsetForEpPass("cuda", table=table)
-    lowering(model)
-    choice = lowering.last_choice
+    choice = getattr(LowerOpsetForEpPass("cuda", table=table)(model), "choice", None)
     assert choice is not None
     sides = {
         "before": proto.SerializeToString(),
@@ -281,12 +279,8 @@ def _cpu_count(prediction: Any) -> int:
 
 
 def dump_table(out: Path, where: str) -> tuple[Any, list[str]]:
-    from onnxscript_ep_passes.ep.kernel_table import (
-        available_snapshots,
-        live_table,
-        load_snapshot,
-        write_snapshot,
-    )
+    from onnxscript_ep_passes.ep.live_tables import live_table
+    from onnxscript_ep_passes.ep.snapshots import available_snapshots, load_snapshot, write_snapshot
 
     table = live_table("cuda")
     line = ".".join(table.ort_version.split(".")[:2])
