@@ -26,11 +26,8 @@ Rules the pass follows:
    (SimplifiedLayerNormalization, as ORT GenAI's model builder writes it) is carried
    unchanged: its meaning is ORT's and does not depend on the ai.onnx opset. Such nodes
    are logged (one INFO line). Any other unknown op is refused.
-7. Only after every node succeeded are the default-domain opset imports of the model and
-   of each function rewritten, ``ir_version`` lowered to the highest IR version the
-   target opset allows (``onnx.helper.VERSION_TABLE``) when it is higher (but not below
-   what the model's other imported domains, such as ai.onnx.ml, need), and stale
-   per-node version overrides cleared. Other domains are left as they are.
+7. Only after every node succeeded are the model's opset imports, per-node version
+   overrides and ``ir_version`` relabelled for the target (:mod:`.opset_imports`).
 8. A model already at or below the target is left alone (``modified=False``).
 9. The result (:class:`LoweringResult`, a ``PassResult``) reports the nodes the adapters
    built that are in the model now, the model's nodes they replaced, and the nodes
@@ -53,9 +50,8 @@ __all__ = [
 ]
 
 import dataclasses
-import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TypeVar, overload
 
 import onnx
@@ -66,7 +62,13 @@ from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.context import DowngradeContext, NodeNames, NodeRefusedError
 from onnxscript_ep_passes.lowering.expansion import function_body_version, meaning_changed
 from onnxscript_ep_passes.lowering.function_body import expand_function_body
-from onnxscript_ep_passes.lowering.ort_kernels import cpu_has_kernel, ort_defines
+from onnxscript_ep_passes.lowering.journal import Journal
+from onnxscript_ep_passes.lowering.opset_imports import (
+    default_opset,
+    max_ir_version_for_opset,
+    relabel,
+)
+from onnxscript_ep_passes.lowering.ort_kernels import cpu_has_kernel, ort_only
 from onnxscript_ep_passes.lowering.registry import DEFAULT_REGISTRY, AdapterRegistry
 from onnxscript_ep_passes.lowering.types import TypeOracle
 
@@ -79,70 +81,11 @@ MIN_TARGET_OPSET = 18
 _ModelT = TypeVar("_ModelT", ir.Model, onnx.ModelProto)
 
 
-@functools.cache
-def max_ir_version_for_opset(opset: int) -> int:
-    """The highest IR version of the ONNX releases whose ai.onnx opset is at most ``opset``."""
-    versions = [ir_v for _, ir_v, op, *_ in onnx.helper.VERSION_TABLE if op <= opset]
-    if not versions:
-        raise ValueError(f"opset {opset} is older than every ONNX release known to onnx")
-    return max(versions)
-
-
-def default_opset(opsets: dict[str, int]) -> int | None:
-    for domain in schemas.DEFAULT_DOMAINS:
-        if domain in opsets:
-            return opsets[domain]
-    return None
-
-
-def _set_default_opset(opsets: dict[str, int], version: int) -> None:
-    for domain in schemas.DEFAULT_DOMAINS:
-        if domain in opsets:
-            opsets[domain] = version
-
-
 @dataclasses.dataclass
 class _Scope:
     graph: ir.Graph | ir.Function
     opset: int
     label: str
-
-
-class _Journal:
-    """Undo actions for every change made to the model, replayed in reverse on refusal."""
-
-    def __init__(self) -> None:
-        self._undo: list[Callable[[], None]] = []
-
-    def record(self, undo: Callable[[], None]) -> None:
-        self._undo.append(undo)
-
-    def snapshot_node(self, node: ir.Node) -> Callable[[], bool]:
-        """Record how to restore ``node``; return a test of whether it changed since."""
-        attributes = dict(node.attributes)
-        inputs = tuple(node.inputs)
-
-        def restore() -> None:
-            node.attributes.clear()
-            node.attributes.update(attributes)
-            node.resize_inputs(len(inputs))
-            for index, value in enumerate(inputs):
-                node.replace_input_with(index, value)
-
-        self.record(restore)
-        return lambda: dict(node.attributes) != attributes or tuple(node.inputs) != inputs
-
-    def built(self, nodes: Sequence[ir.Node]) -> None:
-        def remove() -> None:
-            for node in reversed(nodes):
-                if node.graph is not None:
-                    node.graph.remove(node, safe=False)
-
-        self.record(remove)
-
-    def rollback(self) -> None:
-        while self._undo:
-            self._undo.pop()()
 
 
 class _Lowering:
@@ -162,7 +105,7 @@ class _Lowering:
         self.rewritten: set[int] = set()  # ids of the nodes adapters changed
         self.carried: list[ir.Node] = []  # ops ORT defines and ONNX does not, kept as they are
         self.built_nodes: list[ir.Node] = []  # every node the adapters built, in order
-        self.journal = _Journal()
+        self.journal = Journal()
         self._dead: list[ir.Node] = []
         self._dead_ids: set[int] = set()
         self._lent_shapes: list[ir.Value] = []
@@ -229,7 +172,7 @@ class _Lowering:
 
     def lower_node(self, node: ir.Node, opset: int, scope: str) -> None:
         start = schemas.since_version(node.op_type, opset, node.domain)
-        if start is None and _ort_only(node):
+        if start is None and ort_only(node.op_type, node.domain):
             self.carried.append(node)
             return
         if start is None:
@@ -423,37 +366,6 @@ class _Lowering:
         )
 
 
-def _ort_only(node: ir.Node) -> bool:
-    """An op ONNX defines at no opset and ONNX Runtime registers in the default domain."""
-    latest = onnx.defs.onnx_opset_version()
-    return schemas.since_version(node.op_type, latest, node.domain) is None and ort_defines(
-        node.op_type, node.domain
-    )
-
-
-def _relabel(model: ir.Model, target: int) -> None:
-    graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
-    for graph in graphs:
-        opset = default_opset(graph.opset_imports)
-        if opset is not None and opset > target:
-            _set_default_opset(graph.opset_imports, target)
-        for node in ir.traversal.RecursiveGraphIterator(graph):
-            if node.version is not None and schemas.is_default_domain(node.domain):
-                node.version = None
-    main = default_opset(model.opset_imports)
-    if main is not None:
-        # Not below what the other imported domains (ai.onnx.ml ...) need.
-        others = [
-            onnx.helper.make_opsetid(domain, version)
-            for domain, version in model.opset_imports.items()
-            if not schemas.is_default_domain(domain)
-        ]
-        floor = onnx.helper.find_min_ir_version_for(others, ignore_unknown=True) if others else 0
-        limit = max(max_ir_version_for_opset(main), floor)
-        if model.ir_version > limit:
-            model.ir_version = limit
-
-
 @dataclasses.dataclass
 class LoweringResult(ir.passes.PassResult):
     """What one lowering did (rule 9).
@@ -510,7 +422,7 @@ def run_lowering(
             model_name=model.graph.name,
         )
     built, replaced = lowering.commit()
-    _relabel(model, target_opset)
+    relabel(model, target_opset)
     return LoweringResult(
         model,
         True,

@@ -18,11 +18,15 @@ Rules:
 
 from __future__ import annotations
 
-__all__ = ["cpu_has_kernel", "ort_defines"]
+__all__ = ["cpu_has_kernel", "ort_defines", "ort_only"]
 
 import functools
 import logging
 from typing import Any
+
+import onnx
+
+from onnxscript_ep_passes.lowering import schemas
 
 logger = logging.getLogger(__name__)
 
@@ -86,3 +90,9 @@ def ort_defines(op_type: str, domain: str) -> bool:
         return False
     key = (_domain(domain), op_type)
     return any((_domain(d.domain), d.op_name) == key for d in definitions)
+
+
+def ort_only(op_type: str, domain: str) -> bool:
+    """An op ONNX defines at no opset and ONNX Runtime registers (SimplifiedLayerNormalization)."""
+    latest = onnx.defs.onnx_opset_version()
+    return schemas.since_version(op_type, latest, domain) is None and ort_defines(op_type, domain)

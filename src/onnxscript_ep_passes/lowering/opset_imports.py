@@ -1,0 +1,67 @@
+"""The model's opset bookkeeping: its ai.onnx opset, and relabelling it after a lowering.
+
+Rules:
+
+* The ai.onnx opset is the one imported under "" or "ai.onnx".
+* After a lowering, the default-domain imports of the model and of each function above
+  the target are set to the target; per-node version overrides of default-domain nodes
+  are cleared; ``ir_version`` is lowered to the highest IR version of the ONNX releases
+  whose opset is at most the target (``onnx.helper.VERSION_TABLE``), but not below what
+  the model's other imported domains need. Other domains are left as they are.
+"""
+
+from __future__ import annotations
+
+__all__ = ["default_opset", "max_ir_version_for_opset", "relabel"]
+
+import functools
+
+import onnx
+import onnx_ir as ir
+
+from onnxscript_ep_passes.lowering import schemas
+
+
+@functools.cache
+def max_ir_version_for_opset(opset: int) -> int:
+    """The highest IR version of the ONNX releases whose ai.onnx opset is at most ``opset``."""
+    versions = [ir_v for _, ir_v, op, *_ in onnx.helper.VERSION_TABLE if op <= opset]
+    if not versions:
+        raise ValueError(f"opset {opset} is older than every ONNX release known to onnx")
+    return max(versions)
+
+
+def default_opset(opsets: dict[str, int]) -> int | None:
+    for domain in schemas.DEFAULT_DOMAINS:
+        if domain in opsets:
+            return opsets[domain]
+    return None
+
+
+def _set_default_opset(opsets: dict[str, int], version: int) -> None:
+    for domain in schemas.DEFAULT_DOMAINS:
+        if domain in opsets:
+            opsets[domain] = version
+
+
+def relabel(model: ir.Model, target: int) -> None:
+    graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
+    for graph in graphs:
+        opset = default_opset(graph.opset_imports)
+        if opset is not None and opset > target:
+            _set_default_opset(graph.opset_imports, target)
+        for node in ir.traversal.RecursiveGraphIterator(graph):
+            if node.version is not None and schemas.is_default_domain(node.domain):
+                node.version = None
+    main = default_opset(model.opset_imports)
+    if main is not None:
+        # Not below what the other imported domains (ai.onnx.ml ...) need.
+        others = [
+            onnx.helper.make_opsetid(domain, version)
+            for domain, version in model.opset_imports.items()
+            if not schemas.is_default_domain(domain)
+        ]
+        floor = onnx.helper.find_min_ir_version_for(others, ignore_unknown=True) if others else 0
+        limit = max(max_ir_version_for_opset(main), floor)
+        if model.ir_version > limit:
+            model.ir_version = limit
