@@ -12,6 +12,7 @@ __all__ = [
     "AdapterCase",
     "assert_lowers_exactly",
     "assert_refuses",
+    "check_refusals",
     "make_model",
     "random_feeds",
     "run_model",
@@ -198,6 +199,19 @@ def assert_lowers_exactly(
     return lowered
 
 
+def check_refusals(error: DowngradeError, target: int) -> None:
+    """Every refusal is complete: a reason, the target, and a step it could not undo."""
+    assert error.refusals, "a DowngradeError with no refusal"
+    assert error.target_opset == target
+    for refusal in error.refusals:
+        assert refusal.reason.strip(), f"{refusal.op_type}: empty reason"
+        assert refusal.target_opset == target
+        assert target < refusal.step <= refusal.since_version, (
+            f"{refusal.op_type}: step {refusal.step} is not between the target {target} "
+            f"and the node's version {refusal.since_version}"
+        )
+
+
 def assert_refuses(model: onnx.ModelProto, target: int, match: str) -> DowngradeError:
     """Lowering must raise a DowngradeError matching ``match`` and leave the proto as it was."""
     before = model.SerializeToString()
@@ -207,7 +221,6 @@ def assert_refuses(model: onnx.ModelProto, target: int, match: str) -> Downgrade
         assert model.SerializeToString() == before, "a refused lowering changed the model"
         message = str(error)
         assert re.search(match, message), f"{match!r} not found in:\n{message}"
-        for refusal in error.refusals:
-            assert refusal.op_type in message
+        check_refusals(error, target)
         return error
     raise AssertionError(f"lowering to {target} did not refuse (expected {match!r})")

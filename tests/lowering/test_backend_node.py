@@ -32,7 +32,7 @@ from onnx.backend.test.case.test_case import TestCase
 
 from onnxscript_ep_passes import DowngradeError, lower_opset
 from onnxscript_ep_passes.lowering.lower_opset import MIN_TARGET_OPSET
-from tests.harness import run_model
+from tests.harness import check_refusals, run_model
 from tests.lowering.backend_cases import RANDOM_OPS, all_testcases
 
 CHUNKS = 6
@@ -195,9 +195,8 @@ def lower_case(case: TestCase, tally: collections.Counter[str]) -> None:
         try:
             lowered = lower_opset(case.model, target)
         except DowngradeError as error:
-            assert error.refusals, f"{case.name} -> {target}: a refusal with no node"
+            check_refusals(error, target)
             for refusal in error.refusals:
-                assert refusal.op_type in str(error) and refusal.reason, str(error)
                 tally[f"refused: {refusal.op_type}"] += 1
             tally["refused"] += 1
             continue

@@ -25,7 +25,7 @@ from onnx import TensorProto
 
 from onnxscript_ep_passes import DowngradeError, lower_opset
 from onnxscript_ep_passes.lowering import schemas
-from tests.harness import make_model, run_model
+from tests.harness import check_refusals, make_model, run_model
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -348,9 +348,8 @@ def test_random_graphs_lower_exactly_or_refuse_clearly(example: _Example) -> Non
         lowered = lower_opset(model, example.target)
     except DowngradeError as error:
         assert model.SerializeToString() == before
-        assert error.refusals
+        check_refusals(error, example.target)
         for refusal in error.refusals:
-            assert refusal.op_type in str(error) and refusal.reason
             event(f"refused: {refusal.op_type}")
         return
     assert model.SerializeToString() == before
