@@ -35,6 +35,7 @@ from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.names import canonical_ep_name
 from onnxscript_ep_passes.ep.placement import PlacementPrediction
 from onnxscript_ep_passes.ep.table_choice import get_table
+from onnxscript_ep_passes.lowering.ort_kernels import ort_only
 from onnxscript_ep_passes.passes.lower_for_ep import choose_target_opset
 
 
@@ -94,9 +95,22 @@ def placement_report(
             for opset, p in sorted(choice.legalized_predictions.items(), reverse=True)
         },
         "decisions": [d.to_dict() for d in choice.decisions],
+        "ort_only_ops": _ort_only_ops(model),
         "before": _side(choice.source_opset, choice.before),
         "after": _side(choice.chosen_opset, choice.after),
     }
+
+
+def _ort_only_ops(model: ir.Model) -> dict[str, int]:
+    """Default-domain ops ONNX does not define but ORT does: carried through lowering."""
+    graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
+    found = collections.Counter(
+        node.op_type
+        for graph in graphs
+        for node in ir.traversal.RecursiveGraphIterator(graph)
+        if node.domain in ("", "ai.onnx") and ort_only(node.op_type, node.domain)
+    )
+    return dict(sorted(found.items()))
 
 
 def _op_table(side: dict[str, Any]) -> list[str]:
@@ -134,6 +148,12 @@ def format_report(report: dict[str, Any]) -> str:
                 f"{o}: {c['fallback']}, {c['memcpy']}, {c['expanded']}"
                 for o, c in legalized.items()
             )
+        )
+    ort_only_ops = report.get("ort_only_ops") or {}
+    if ort_only_ops:
+        lines.append(
+            "ORT's own ops (not ONNX's), carried unchanged and placed by the kernel table: "
+            + ", ".join(f"{op} x{count}" for op, count in ort_only_ops.items())
         )
     if report["blocked"]:
         lines.append("lowest reachable opset is limited by:")

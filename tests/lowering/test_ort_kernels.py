@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 import onnx.helper as oh
 import onnx.numpy_helper
+import onnx_ir as ir
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto
@@ -127,3 +128,18 @@ def test_ops_ort_defines_and_onnx_does_not_are_carried(caplog: pytest.LogCapture
 
 def test_ops_nobody_defines_are_still_refused() -> None:
     assert_refuses(_genai_norm_model("NoSuchNormalization"), 20, r"no ONNX schema for NoSuch")
+
+
+def test_ops_ort_defines_are_placed_by_the_kernel_table_and_reported() -> None:
+    """Placement reads ORT's own schema version (1) for them, so CUDA's
+    SimplifiedLayerNormalization kernel (1+) matches; the report names them."""
+    from onnxscript_ep_passes.ep.table_choice import get_table
+    from onnxscript_ep_passes.report import format_report, placement_report
+
+    model = ir.from_proto(_genai_norm_model())
+    table = get_table("CUDAExecutionProvider", "1.24")
+    report = placement_report(model, "cuda", table=table)
+    placed = {n["op_type"]: n["placement"] for n in report["before"]["nodes"]}
+    assert placed["SimplifiedLayerNormalization"] == "ep"
+    assert report["ort_only_ops"] == {"SimplifiedLayerNormalization": 1}
+    assert "ORT's own ops (not ONNX's), carried unchanged" in format_report(report)
