@@ -50,14 +50,14 @@ def test_swiglu_28_to_27_builds_no_swish() -> None:
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
 
 
+def _unary_28(op: str, elem: int, shape: list[int], **attrs: object) -> onnx.ModelProto:
+    node = oh.make_node(op, ["x"], ["y"], name=op.lower(), **attrs)
+    x, y = (oh.make_tensor_value_info(name, elem, shape) for name in ("x", "y"))
+    return make_model([node], [x], [y], 28)
+
+
 def test_celu_double_28_to_27_builds_no_elu() -> None:
-    node = oh.make_node("Celu", ["x"], ["y"], name="celu", alpha=1.5)
-    model = make_model(
-        [node],
-        [oh.make_tensor_value_info("x", D, [9])],
-        [oh.make_tensor_value_info("y", D, [9])],
-        28,
-    )
+    model = _unary_28("Celu", D, [9], alpha=1.5)
     lowered = lower_opset(model, 27)
     onnx.checker.check_model(lowered, full_check=True)
     assert "Elu" not in {n.op_type for n in lowered.graph.node}
@@ -71,13 +71,7 @@ def test_celu_double_28_to_27_builds_no_elu() -> None:
 def test_a_node_the_user_wrote_is_kept() -> None:
     """A user's Swish-24 in a model lowered 28 -> 27 stays Swish: only built nodes are
     expanded for ORT's sake."""
-    node = oh.make_node("Swish", ["x"], ["y"], name="swish")
-    model = make_model(
-        [node],
-        [oh.make_tensor_value_info("x", F, [4])],
-        [oh.make_tensor_value_info("y", F, [4])],
-        28,
-    )
+    model = _unary_28("Swish", F, [4])
     lowered = lower_opset(model, 27)
     assert [n.op_type for n in lowered.graph.node] == ["Swish"]
 
