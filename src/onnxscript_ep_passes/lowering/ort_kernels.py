@@ -93,6 +93,9 @@ def ort_defines(op_type: str, domain: str) -> bool:
 
 
 def ort_only(op_type: str, domain: str) -> bool:
-    """An op ONNX defines at no opset and ONNX Runtime registers (SimplifiedLayerNormalization)."""
+    """A default-domain op ONNX defines at no opset and ONNX Runtime registers
+    (SimplifiedLayerNormalization); ops of other domains are never "ORT-only" here."""
+    if _domain(domain):
+        return False
     latest = onnx.defs.onnx_opset_version()
     return schemas.since_version(op_type, latest, domain) is None and ort_defines(op_type, domain)
