@@ -118,7 +118,7 @@ class TypeOracle:
         self._graph_protos: dict[str, onnx.TypeProto] | None = None
         self._graph_types: dict[str, ir.TypeProtocol | None] = {}
         self._function_types: dict[ir.OperatorIdentifier, dict[str, ir.TypeProtocol | None]] = {}
-        self._graph_owner: dict[int, ir.Function] | None = None
+        self._graph_owner: dict[ir.Graph, ir.Function] | None = None
         self._frozen = False  # set by prepare(): the model may change from now on
 
     def prepare(self, values: Iterable[ir.Value]) -> None:
@@ -184,11 +184,11 @@ class TypeOracle:
         if self._graph_owner is None:
             self._graph_owner = {}
             for function in self._model.functions.values():
-                self._graph_owner[id(function.graph)] = function
+                self._graph_owner[function.graph] = function
                 for node in ir.traversal.RecursiveGraphIterator(function):
                     if node.graph is not None:
-                        self._graph_owner[id(node.graph)] = function
-        return self._graph_owner.get(id(graph))
+                        self._graph_owner[node.graph] = function
+        return self._graph_owner.get(graph)
 
     def _infer_model(self) -> dict[str, onnx.TypeProto]:
         """Shape inference over a weight-free serialization of the model.
@@ -227,19 +227,19 @@ class TypeOracle:
     def _infer_subgraph(
         self, graph: ir.Graph, known: dict[str, onnx.TypeProto]
     ) -> dict[str, onnx.TypeProto]:
-        inner: set[int] = set()  # values defined in the subgraph or one nested in it
+        inner: set[ir.Value] = set()  # values defined in the subgraph or one nested in it
         for sub in (
             graph,
             *(g for node in ir.traversal.RecursiveGraphIterator(graph) for g in _subgraphs(node)),
         ):
-            inner.update(id(v) for v in sub.inputs)
-            inner.update(id(v) for v in sub.initializers.values())
-            inner.update(id(v) for node in sub for v in node.outputs)
+            inner.update(sub.inputs)
+            inner.update(sub.initializers.values())
+            inner.update(v for node in sub for v in node.outputs)
         outer: list[onnx.ValueInfoProto] = []
         seen: set[str] = set()
         for node in ir.traversal.RecursiveGraphIterator(graph):
             for value in node.inputs:
-                if value is None or id(value) in inner or not value.name or value.name in seen:
+                if value is None or value in inner or not value.name or value.name in seen:
                     continue
                 seen.add(value.name)
                 type_proto = known.get(value.name)
@@ -347,12 +347,12 @@ def _weight_free_graph(graph: ir.Graph, extra_inputs: list[onnx.ValueInfoProto])
     proto = onnx.GraphProto(name=graph.name or "graph")
     proto.input.extend(ir.serde.serialize_value(v) for v in graph.inputs)
     proto.input.extend(extra_inputs)
-    input_ids = {id(v) for v in graph.inputs}
+    inputs = set(graph.inputs)
     for value in graph.initializers.values():
         data = _const_proto(value)
         if data is not None:
             proto.initializer.append(data)
-        elif id(value) not in input_ids:
+        elif value not in inputs:
             proto.input.append(ir.serde.serialize_value(value))
     proto.node.extend(ir.serde.serialize_node(node) for node in graph)
     proto.output.extend(ir.serde.serialize_value(v) for v in graph.outputs)
