@@ -39,6 +39,7 @@ from __future__ import annotations
 
 __all__ = ["EpLoweringChoice", "LowerOpsetForEpPass", "choose_target_opset"]
 
+import collections
 import dataclasses
 import logging
 
@@ -63,6 +64,7 @@ from onnxscript_ep_passes.passes.legalize import (
 from onnxscript_ep_passes.passes.legalize import (
     legalize as legalize_model,
 )
+from onnxscript_ep_passes.verdict import verdict
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +88,8 @@ class EpLoweringChoice:
         decisions: What was done about each node that falls back at the source opset or,
             without legalization, at the chosen one.
         plan: The legalized candidates' expansions (node names, in order) per opset.
+        ort_version_assumed: The caller named no ORT release and the table is a shipped
+            snapshot (not listed from the installed ORT): ``ort_version`` is a default.
     """
 
     ep: str
@@ -99,6 +103,7 @@ class EpLoweringChoice:
     legalized_predictions: dict[int, PlacementPrediction] = dataclasses.field(default_factory=dict)
     decisions: tuple[LegalizationDecision, ...] = ()
     plan: dict[int, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    ort_version_assumed: bool = False
 
     @property
     def before(self) -> PlacementPrediction:
@@ -114,6 +119,36 @@ class EpLoweringChoice:
     def expanded(self) -> tuple[str, ...]:
         """The nodes the chosen candidate expands (empty unless ``legalized``)."""
         return self.plan.get(self.chosen_opset, ()) if self.legalized else ()
+
+    @property
+    def changes_model(self) -> bool:
+        """Whether applying the choice changes the model (a lower opset or expansions)."""
+        return self.chosen_opset < self.source_opset or self.legalized
+
+    def summary(self, model: str | None = None) -> str:
+        """The verdict line, e.g. ``opset 25 -> 24 on WebGPU (ORT 1.32, live table):
+        Memcpy 376 -> 4, CPU nodes 493 -> 59`` (:func:`~onnxscript_ep_passes.verdict.verdict`);
+        ``model`` prefixes it with the model's name."""
+        return verdict(
+            ep=self.ep,
+            ort_version=self.ort_version,
+            table_source=self.table_source,
+            source_opset=self.source_opset,
+            chosen_opset=self.chosen_opset,
+            memcpy=(self.before.memcpy, self.after.memcpy),
+            cpu_nodes=(len(self.before.fallback_nodes), len(self.after.fallback_nodes)),
+            expanded=len(self.expanded),
+            assumed=self.ort_version_assumed,
+            model=model,
+        )
+
+    def __repr__(self) -> str:
+        # The dataclass repr would print every node of every prediction (megabytes).
+        return (
+            f"<EpLoweringChoice {self.summary()}; candidates {sorted(self.predictions)}"
+            f"{f', legalized {sorted(self.legalized_predictions)}' if self.legalized_predictions else ''}"
+            f", {len(self.decisions)} decisions>"
+        )
 
 
 def _score(opset: int, prediction: PlacementPrediction) -> tuple[int, int, int]:
@@ -342,6 +377,8 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
         choice = choose_target_opset(
             model, table, target_opset=self.target_opset, legalize=self.legalize
         )
+        if self.table is None and self.ort_version is None and not table.source.startswith("live:"):
+            choice = dataclasses.replace(choice, ort_version_assumed=True)
         self.last_choice = choice
         modified = False
         original = _node_names(model) if choice.legalized else set()
@@ -354,31 +391,27 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
             level = logging.DEBUG if decision.decision == "cpu" else logging.INFO
             logger.log(level, "'%s' on %s: %s", model.graph.name, self.ep, decision)
         after = choice.after
-        logger.info(
-            "Model '%s' for %s (ORT %s, %s): opset %d -> %d%s; predicted fallback nodes %d -> %d, "
-            "Memcpy %d -> %d. Track when this workaround can go: %s",
-            model.graph.name,
-            self.ep,
-            table.ort_version,
-            table.source,
-            choice.source_opset,
-            choice.chosen_opset,
-            f" (legalized: {len(choice.expanded)} nodes expanded)" if choice.legalized else "",
-            len(choice.before.fallback_nodes),
-            len(after.fallback_nodes),
-            choice.before.memcpy,
-            after.memcpy,
-            ORT_TRACKING_ISSUE,
-        )
+        if choice.changes_model:
+            logger.info(
+                "Model '%s': %s. Track when this workaround can go: %s",
+                model.graph.name,
+                choice.summary(),
+                ORT_TRACKING_ISSUE,
+            )
+        else:
+            logger.info("Model '%s': nothing to do: %s", model.graph.name, choice.summary())
         if after.fallback_nodes:
+            groups = collections.Counter(
+                (n.op_type, n.since_version, n.reason) for n in after.fallback_nodes
+            )
             logger.warning(
                 "%d nodes of '%s' are still predicted to fall back to CPU on %s:\n%s",
                 len(after.fallback_nodes),
                 model.graph.name,
                 self.ep,
                 "\n".join(
-                    f"  - {n.name or '<unnamed>'} ({n.op_type}-{n.since_version}): {n.reason}"
-                    for n in after.fallback_nodes
+                    f"  - {count} x {op}-{version}: {reason}"
+                    for (op, version, reason), count in groups.most_common()
                 ),
             )
         return ir.passes.PassResult(model, modified=modified)
