@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, numpy_helper
 
 from onnxscript_ep_passes.cli import main
-from tests.harness import make_model, run_model
+from tests.harness import make_model, reshape_chain, run_model
 
 
 def _model_with_weights(opset: int = 24, *, bad: bool = False) -> onnx.ModelProto:
@@ -348,18 +348,8 @@ def test_report_states_an_assumed_ort_release(
 
 def _many_reshapes(tmp_path: Path) -> Path:
     """Eight Reshape-24 (CUDA 1.24: only 23+) and a Relu that stays where it is."""
-    nodes = [oh.make_node("Relu", ["x"], ["r0"], name="relu")]
-    for i in range(8):
-        nodes.append(oh.make_node("Reshape", [f"r{i}", "shape"], [f"r{i + 1}"], name=f"reshape{i}"))
-    model = make_model(
-        nodes,
-        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
-        [oh.make_tensor_value_info("r8", TensorProto.FLOAT, [3, 4])],
-        24,
-        initializers=[numpy_helper.from_array(np.array([3, 4], np.int64), "shape")],
-    )
     path = tmp_path / "reshapes.onnx"
-    onnx.save(model, path)
+    onnx.save(reshape_chain(24, 8), path)
     return path
 
 

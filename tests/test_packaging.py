@@ -16,12 +16,9 @@ import sys
 import zipfile
 from pathlib import Path
 
-import numpy as np
 import onnx
-import onnx.helper as oh
-from onnx import TensorProto, numpy_helper
 
-from tests.harness import make_model
+from tests.harness import reshape_chain
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "src" / "onnxscript_ep_passes" / "ep" / "data"
@@ -95,16 +92,7 @@ def test_wheel_carries_its_data_and_runs_report_outside_the_checkout(tmp_path: P
     )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    model = make_model(
-        [
-            oh.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
-            oh.make_node("Relu", ["r"], ["y"], name="relu"),
-        ],
-        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
-        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
-        24,
-        initializers=[numpy_helper.from_array(np.array([3, 4], np.int64), "shape")],
-    )
+    model = reshape_chain(24)
     onnx.save(model, elsewhere / "model.onnx")
     env = {**os.environ, "PYTHONPATH": str(site)}
     where = subprocess.run(

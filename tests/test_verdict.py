@@ -4,31 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-import onnx.helper as oh
 import onnx_ir as ir
-from onnx import TensorProto, numpy_helper
 
 from onnxscript_ep_passes.ep import get_table
 from onnxscript_ep_passes.passes import LowerOpsetForEpPass, choose_target_opset
 from onnxscript_ep_passes.verdict import ep_display_name, table_label, verdict
-from tests.harness import make_model
+from tests.harness import reshape_chain
 
 
 def _reshapes(opset: int, count: int = 40) -> ir.Model:
-    nodes = [oh.make_node("Relu", ["x"], ["r0"], name="relu")]
-    nodes += [
-        oh.make_node("Reshape", [f"r{i}", "shape"], [f"r{i + 1}"], name=f"reshape{i}")
-        for i in range(count)
-    ]
-    proto = make_model(
-        nodes,
-        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
-        [oh.make_tensor_value_info(f"r{count}", TensorProto.FLOAT, [3, 4])],
-        opset,
-        initializers=[numpy_helper.from_array(np.array([3, 4], np.int64), "shape")],
-    )
-    return ir.from_proto(proto)
+    return ir.from_proto(reshape_chain(opset, count))
 
 
 def test_verdict_words() -> None:
