@@ -56,8 +56,10 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from onnxscript_ep_passes.ep.kernel_table import KernelTable, canonical_ep_name, get_table
+from onnxscript_ep_passes.ep.kernel_table import KernelTable
+from onnxscript_ep_passes.ep.names import canonical_ep_name
 from onnxscript_ep_passes.ep.placement import PlacementPrediction
+from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.passes.lower_for_ep import choose_target_opset
 from onnxscript_ep_passes.verdict import ep_display_name, verdict
 
