@@ -67,10 +67,9 @@ def test_choice_summary_and_short_repr() -> None:
 
 
 def test_pass_marks_an_assumed_ort_release() -> None:
-    named = LowerOpsetForEpPass("cuda", "1.24")
-    named(_reshapes(24, 2))
-    assert named.last_choice is not None and not named.last_choice.ort_version_assumed
-    assumed = LowerOpsetForEpPass("cuda")  # CUDA cannot be listed here: a shipped snapshot
-    assumed(_reshapes(24, 2))
-    assert assumed.last_choice is not None and assumed.last_choice.ort_version_assumed
-    assert " assumed, snapshot cuda-ort-" in assumed.last_choice.summary()
+    named = LowerOpsetForEpPass("cuda", "1.24")(_reshapes(24, 2)).choice
+    assert named is not None and not named.ort_version_assumed
+    # CUDA cannot be listed here: a shipped snapshot stands in for the installed ORT.
+    assumed = LowerOpsetForEpPass("cuda")(_reshapes(24, 2)).choice
+    assert assumed is not None and assumed.ort_version_assumed
+    assert " assumed, snapshot cuda-ort-" in assumed.summary()

@@ -42,7 +42,7 @@ from onnxscript_ep_passes import __version__
 from onnxscript_ep_passes.errors import DowngradeError
 from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass, default_opset
 from onnxscript_ep_passes.model_io import load_model, save_model
-from onnxscript_ep_passes.passes.lower_for_ep import LowerOpsetForEpPass
+from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringResult, LowerOpsetForEpPass
 from onnxscript_ep_passes.report import placement_report, print_report
 
 logger = logging.getLogger("onnxscript_ep_passes")
@@ -160,8 +160,9 @@ def _lower_for_ep(model: ir.Model, args: argparse.Namespace) -> tuple[bool, str]
     lowering = LowerOpsetForEpPass(
         args.ep, args.ort_version, args.target_opset, legalize=not args.no_legalize
     )
-    lowering(model)
-    choice = lowering.last_choice
+    result = lowering(model)
+    assert isinstance(result, EpLoweringResult)
+    choice = result.choice
     if choice is None:
         return False, f"the CPU EP runs every opset (model at opset {_model_opset(model)})"
     return choice.changes_model, choice.summary()

@@ -43,7 +43,7 @@ from olive.passes import Pass
 from olive.passes.onnx.common import get_external_data_config, ir_model_to_olive_model
 from olive.passes.pass_config import BasePassConfig, PassConfigParam
 
-from onnxscript_ep_passes.passes.lower_for_ep import LowerOpsetForEpPass
+from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringResult, LowerOpsetForEpPass
 
 logger = logging.getLogger(__name__)
 
@@ -97,8 +97,9 @@ class LowerOpsetForEp(Pass):
             config.target_opset,
             legalize=config.legalize,
         )
-        lowering(ir_model)
-        choice = lowering.last_choice
+        result = lowering(ir_model)
+        assert isinstance(result, EpLoweringResult)
+        choice = result.choice
         summary = choice.summary() if choice is not None else f"{ep} runs every opset"
         logger.info("%s: %s", PASS_NAME, summary)
         output = ir_model_to_olive_model(ir_model, resolve_onnx_path(output_model_path), config)

@@ -27,7 +27,11 @@ from typing import Any, Protocol
 import onnx_ir as ir
 
 from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
-from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringChoice, LowerOpsetForEpPass
+from onnxscript_ep_passes.passes.lower_for_ep import (
+    EpLoweringChoice,
+    EpLoweringResult,
+    LowerOpsetForEpPass,
+)
 
 
 class _HasModel(Protocol):
@@ -66,9 +70,11 @@ def lower_for_ep(
     (``legalize=False``: only choose the opset, never expand a node).
     """
     lowering = LowerOpsetForEpPass(ep, ort_version, target_opset, legalize=legalize)
-    if lowering(_model_of(program)).modified:
+    result = lowering(_model_of(program))
+    if result.modified:
         _model_changed(program)
-    return lowering.last_choice
+    assert isinstance(result, EpLoweringResult)
+    return result.choice
 
 
 def lower_program_opset(program: _HasModel, target_opset: int) -> bool:
