@@ -67,6 +67,7 @@ from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.context import NodeRefusedError
 from onnxscript_ep_passes.lowering.expansion import expand_node, function_body_version
 from onnxscript_ep_passes.lowering.lower_opset import default_opset
+from onnxscript_ep_passes.progress import track
 
 logger = logging.getLogger(__name__)
 
@@ -413,7 +414,8 @@ def legalize(
         if not groups:
             break
         progress = False
-        for op_type, names in groups.items():
+        trials = track(groups.items(), f"legalize at opset {opset}", total=len(groups))
+        for op_type, names in trials:
             tried.update(names)
             accepted, current, reasons = _try_group(model, table, names, opset, current)
             expanded.extend(accepted)
@@ -426,8 +428,8 @@ def legalize(
 
     decisions = _decisions(before, current, expanded, kept_on_cpu, opset, local, parents)
     after = current
-    if expanded:
-        logger.info(
+    if expanded:  # one of many trials in an EP search: the EP pass logs the summary
+        logger.debug(
             "Legalized '%s' for %s at opset %d: expanded %d nodes (%s); predicted %s -> %s",
             model.graph.name,
             table.ep,
@@ -627,4 +629,15 @@ class LegalizeForEpPass(ir.passes.InPlacePass):
         table = self.table or get_table(self.ep, self.ort_version)
         result = legalize(model, table)
         self.last_result = result
+        logger.info(
+            "Legalized '%s' for %s at opset %d: %d nodes expanded%s",
+            model.graph.name,
+            table.ep,
+            result.opset,
+            len(result.expanded),
+            f"; predicted {_describe(placement_cost(result.before))} -> "
+            f"{_describe(placement_cost(result.after))}"
+            if result.before is not None and result.after is not None
+            else "",
+        )
         return ir.passes.PassResult(model, modified=result.modified)

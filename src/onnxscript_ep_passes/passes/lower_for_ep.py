@@ -15,8 +15,11 @@ Rules the pass follows:
    go to the higher opset (fewer rewrites).
 4. An explicit ``target_opset`` overrides the choice (and is refused as usual when the
    model cannot reach it).
-5. It logs at INFO the original and chosen opset, the model name, the EP, the ORT version
-   and the ORT tracking issue, and at WARNING every node still predicted to fall back.
+5. It logs one INFO line per run: the original and chosen opset, the model name, the EP,
+   the ORT version, the count of each legalization decision and the ORT tracking issue;
+   and one WARNING naming the nodes still predicted to fall back (each node when there
+   are at most 20, else one line per op and version). Per-node lines are DEBUG. On a
+   terminal, a progress bar runs over the candidate opsets and legalization trials.
 6. **Legalization** (``legalize=True``, the default): no opset choice helps a node whose op
    the EP has no kernel for at any version. So each candidate opset also gets a legalized
    variant (:mod:`.legalize`): a copy of the model lowered to that opset, whose nodes built
@@ -32,20 +35,26 @@ Rules the pass follows:
    the source opset or at the chosen one gets a
    :class:`~onnxscript_ep_passes.passes.legalize.LegalizationDecision` (``lower``,
    ``expand`` or ``cpu``, with the reason) in :attr:`EpLoweringChoice.decisions`, logged at
-   INFO (``cpu`` ones at DEBUG: the WARNING of rule 5 lists them).
+   DEBUG (rule 5 counts them at INFO).
 """
 
 from __future__ import annotations
 
 __all__ = ["EpLoweringChoice", "LowerOpsetForEpPass", "choose_target_opset"]
 
+import collections
 import dataclasses
 import logging
+from collections.abc import Sequence
 
 import onnx_ir as ir
 
 from onnxscript_ep_passes.ep.kernel_table import KernelTable, canonical_ep_name, get_table
-from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
+from onnxscript_ep_passes.ep.placement import (
+    NodePlacement,
+    PlacementPrediction,
+    predict_placement,
+)
 from onnxscript_ep_passes.errors import DowngradeError
 from onnxscript_ep_passes.lowering.lower_opset import (
     MIN_TARGET_OPSET,
@@ -63,6 +72,7 @@ from onnxscript_ep_passes.passes.legalize import (
 from onnxscript_ep_passes.passes.legalize import (
     legalize as legalize_model,
 )
+from onnxscript_ep_passes.progress import track
 
 logger = logging.getLogger(__name__)
 
@@ -183,7 +193,8 @@ def choose_target_opset(
             )
     elif not _wholly_on_ep(predictions[source]):
         work = model.clone()
-        for opset in range(source - 1, floor - 1, -1):
+        candidates = range(source - 1, floor - 1, -1)
+        for opset in track(candidates, f"{table.ep}: candidate opsets"):
             try:
                 LowerOpsetPass(opset, announce=False)(work)
             except DowngradeError as error:
@@ -228,6 +239,27 @@ def choose_target_opset(
         legalized_predictions=legalized_predictions,
         decisions=decisions,
         plan={o: tuple(v.expanded) for o, v in variants.items() if v.modified},
+    )
+
+
+_LISTED_FALLBACKS = 20  # more fallback nodes than this are summarised per op
+
+
+def _fallback_lines(nodes: Sequence[NodePlacement]) -> str:
+    """Each node when there are few; else one line per op and version (with -v: each)."""
+    if len(nodes) <= _LISTED_FALLBACKS:
+        return "\n".join(
+            f"  - {n.name or '<unnamed>'} ({n.op_type}-{n.since_version}): {n.reason}"
+            for n in nodes
+        )
+    for n in nodes:
+        logger.debug("fallback: %s (%s-%s): %s", n.name, n.op_type, n.since_version, n.reason)
+    groups: dict[tuple[str, int | None], list[NodePlacement]] = {}
+    for n in nodes:
+        groups.setdefault((n.op_type, n.since_version), []).append(n)
+    return "\n".join(
+        f"  - {op}-{version} x{len(group)}, e.g. {group[0].name or '<unnamed>'}: {group[0].reason}"
+        for (op, version), group in groups.items()
     )
 
 
@@ -345,18 +377,18 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
         self.last_choice = choice
         modified = False
         original = _node_names(model) if choice.legalized else set()
-        if choice.chosen_opset < choice.source_opset:
-            modified = LowerOpsetPass(choice.chosen_opset, ep=self.ep)(model).modified
+        if choice.chosen_opset < choice.source_opset:  # the summary below is the INFO line
+            modified = LowerOpsetPass(choice.chosen_opset, announce=False)(model).modified
         if choice.legalized:
             legalize_model(model, table, built=_built_nodes(model, original), plan=choice.expanded)
             modified = True
-        for decision in choice.decisions:  # the nodes left on CPU are warned about below
-            level = logging.DEBUG if decision.decision == "cpu" else logging.INFO
-            logger.log(level, "'%s' on %s: %s", model.graph.name, self.ep, decision)
+        for decision in choice.decisions:  # one line per node: DEBUG; counted below
+            logger.debug("'%s' on %s: %s", model.graph.name, self.ep, decision)
+        counts = collections.Counter(d.decision for d in choice.decisions)
         after = choice.after
         logger.info(
             "Model '%s' for %s (ORT %s, %s): opset %d -> %d%s; predicted fallback nodes %d -> %d, "
-            "Memcpy %d -> %d. Track when this workaround can go: %s",
+            "Memcpy %d -> %d%s. Track when this workaround can go: %s",
             model.graph.name,
             self.ep,
             table.ort_version,
@@ -368,6 +400,9 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
             len(after.fallback_nodes),
             choice.before.memcpy,
             after.memcpy,
+            "; decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+            if counts
+            else "",
             ORT_TRACKING_ISSUE,
         )
         if after.fallback_nodes:
@@ -376,9 +411,6 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
                 len(after.fallback_nodes),
                 model.graph.name,
                 self.ep,
-                "\n".join(
-                    f"  - {n.name or '<unnamed>'} ({n.op_type}-{n.since_version}): {n.reason}"
-                    for n in after.fallback_nodes
-                ),
+                _fallback_lines(after.fallback_nodes),
             )
         return ir.passes.PassResult(model, modified=modified)
