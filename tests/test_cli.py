@@ -222,3 +222,21 @@ def test_report_webgpu_live_table_with_and_without_legalization(
     assert plain["after"]["memcpy"] > 0
     assert legalized["after"]["memcpy"] == 0
     assert any(d["decision"] == "expand" for d in legalized["decisions"])
+
+
+def test_lower_to_an_opset_imports_no_runtime_and_defers_sympy(tmp_path: Path) -> None:
+    """`lower --target-opset` needs neither onnxruntime, onnxscript nor the EP machinery,
+    and onnx-ir's sympy import (a third of a small run's start-up) is never executed."""
+    src, dst = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(_model_with_weights(), src)
+    script = (
+        "import sys; from onnxscript_ep_passes.cli import main\n"
+        f"rc = main(['-q', 'lower', {str(src)!r}, '-o', {str(dst)!r}, '--target-opset', '23'])\n"
+        "heavy = ('onnxruntime', 'onnxscript', 'onnx.reference', 'onnxscript_ep_passes.ep')\n"
+        "print(rc, [m for m in heavy if m in sys.modules], type(sys.modules['sympy']).__name__)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["0", "[]", "_DeferredModule"], done.stdout + done.stderr
+    assert onnx.load(dst).opset_import[0].version == 23

@@ -17,18 +17,23 @@ __all__ = ["main"]
 import argparse
 import contextlib
 import gc
+import importlib.machinery
+import importlib.util
 import json
 import logging
 import sys
+import types
 from collections.abc import Iterator, Sequence
-
-import onnx_ir as ir
+from typing import TYPE_CHECKING, Any
 
 from onnxscript_ep_passes.errors import DowngradeError
-from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
-from onnxscript_ep_passes.model_io import load_model, save_model
-from onnxscript_ep_passes.passes.lower_for_ep import LowerOpsetForEpPass
-from onnxscript_ep_passes.report import format_report, placement_report
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+# Start-up is a large part of a run on small models, so each command imports what it
+# needs when it runs: ``lower --target-opset`` never imports onnxruntime, onnxscript or
+# the EP machinery (tests/test_cli.py checks it).
 
 logger = logging.getLogger("onnxscript_ep_passes")
 
@@ -88,13 +93,19 @@ def _lower(args: argparse.Namespace) -> int:
     if args.target_opset is None and args.ep is None:
         logger.error("lower needs --target-opset or --ep")
         return 1
+    from onnxscript_ep_passes.model_io import load_model, save_model
+
     model = load_model(args.model)
     lowering: ir.passes.InPlacePass
     if args.ep is not None:
+        from onnxscript_ep_passes.passes.lower_for_ep import LowerOpsetForEpPass
+
         lowering = LowerOpsetForEpPass(
             args.ep, args.ort_version, args.target_opset, legalize=not args.no_legalize
         )
     else:
+        from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
+
         lowering = LowerOpsetPass(args.target_opset)
     try:
         lowering(model)
@@ -108,6 +119,9 @@ def _lower(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from onnxscript_ep_passes.model_io import load_model
+    from onnxscript_ep_passes.report import format_report, placement_report
+
     model = load_model(args.model)
     try:
         result = placement_report(
@@ -138,7 +152,49 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
+class _DeferredModule(types.ModuleType):
+    """Stands in ``sys.modules`` for a module until an attribute of it is first read."""
+
+    def __getattr__(self, attr: str) -> Any:
+        name = self.__name__
+        if sys.modules.get(name) is self:
+            del sys.modules[name]
+        real = importlib.import_module(name)
+        self.__dict__.update(real.__dict__)  # later reads skip this method
+        return getattr(real, attr)
+
+
+def _defer_sympy() -> None:
+    """Import sympy on first use, not at start-up.
+
+    onnx-ir imports sympy at its top (about 0.3 s, a third of a small model's run) but
+    needs it only for arithmetic on symbolic dims, which no command here does. Until an
+    attribute of it is read, ``sys.modules["sympy"]`` holds a stand-in; the first read
+    imports the real module, so code that uses sympy gets it. Nothing changes when sympy
+    is already imported or not installed.
+    """
+    if "sympy" in sys.modules:
+        return
+    # onnx_ir._symbolic_shapes reads sympy attributes at import time: defer it too.
+    # Its spec is looked up without importing onnx_ir (which would import sympy).
+    onnx_ir = importlib.util.find_spec("onnx_ir")
+    specs = {
+        "sympy": importlib.util.find_spec("sympy"),
+        "onnx_ir._symbolic_shapes": importlib.machinery.PathFinder.find_spec(
+            "onnx_ir._symbolic_shapes", onnx_ir.submodule_search_locations
+        )
+        if onnx_ir is not None and "onnx_ir" not in sys.modules
+        else None,
+    }
+    for name, spec in specs.items():
+        if spec is not None:
+            stand_in = _DeferredModule(name)
+            stand_in.__spec__ = spec
+            sys.modules[name] = stand_in
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _defer_sympy()
     args = _build_parser().parse_args(argv)
     _configure_logging(args.verbose, args.quiet)
     with _no_gc():
