@@ -95,6 +95,9 @@ def _lower(args: argparse.Namespace) -> int:
         return 1
     from onnxscript_ep_passes.model_io import load_model, save_model
 
+    external = {"auto": None, "always": True, "never": False}[args.external_data]
+    if args.ep is None and _lower_proto(args, external):
+        return 0
     model = load_model(args.model)
     lowering: ir.passes.InPlacePass
     if args.ep is not None:
@@ -112,10 +115,26 @@ def _lower(args: argparse.Namespace) -> int:
     except DowngradeError as error:
         sys.stderr.write(f"{error}\n")
         return EXIT_REFUSED
-    external = {"auto": None, "always": True, "never": False}[args.external_data]
     save_model(model, args.output, external_data=external, weights=args.weights)
     logger.info("wrote %s", args.output)
     return 0
+
+
+def _lower_proto(args: argparse.Namespace, external: bool | None) -> bool:
+    """Lower and save without building the IR when only labels change (see
+    lowering/proto_fast_path.py); False when the full pass must run."""
+    from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
+    from onnxscript_ep_passes.lowering.proto_fast_path import try_lower_proto
+    from onnxscript_ep_passes.model_io import load_graph_proto, proto_source_file, save_proto
+
+    LowerOpsetPass(args.target_opset)  # rejects a target it does not support
+    proto = load_graph_proto(args.model)
+    source = proto_source_file(proto, args.model, external_data=external, weights=args.weights)
+    if source is False or not try_lower_proto(proto, args.target_opset):
+        return False
+    save_proto(proto, args.output, source)
+    logger.info("wrote %s", args.output)
+    return True
 
 
 def _report(args: argparse.Namespace) -> int:
