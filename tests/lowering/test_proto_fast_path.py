@@ -114,3 +114,19 @@ def test_full_pass_cases_leave_the_proto_untouched(case: str) -> None:
     target = 24 if case == "at target" else 23
     assert not try_lower_proto(proto, target)
     assert proto.SerializeToString() == before
+
+
+def test_attention_24_without_nonpad_kv_seqlen_keeps_its_node() -> None:
+    """A hand-written rewrite adapter that leaves the node as it is takes the fast path."""
+    dims = ["batch", 2, "seq", 4]
+    mask = ["batch", 1, "seq", "seq"]
+    proto = make_model(
+        [oh.make_node("Attention", ["q", "k", "v", "mask"], ["y"], name="attention")],
+        [tensor_info(n, F, dims) for n in "qkv"] + [tensor_info("mask", F, mask)],
+        [tensor_info("y", F, dims)],
+        24,
+    )
+    expected = _full_pass(proto, 23)
+    assert try_lower_proto(proto, 23)
+    assert _nodes(proto) == _nodes(expected)
+    onnx.checker.check_model(proto, full_check=True)

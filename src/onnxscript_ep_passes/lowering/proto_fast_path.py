@@ -16,10 +16,12 @@ Rules:
 
    - derived type rules, each checked on the types the proto declares (graph inputs,
      outputs, ``value_info``, initializers): the same check on the same types;
-   - hand-written ``attribute`` adapters (Cast-24 drops ``round_mode`` ...), run as they
-     are on an IR copy of that one node, its values carrying their declared types and
-     shapes; accepted only when the adapter built nothing, replaced nothing and at most
-     removed attributes, which are then removed from the proto node.
+   - hand-written adapters (Cast-24 drops ``round_mode``, Attention-24 without
+     ``nonpad_kv_seqlen`` keeps the node ...), run as they are on an IR copy of that one
+     node, its values carrying their declared types and shapes (no constant values, every
+     output counted as used: the adapter can only be more cautious than in the model);
+     accepted only when the adapter built nothing, replaced nothing and at most removed
+     attributes or trailing empty inputs, which are then removed from the proto node.
 2. Anything else leaves ``proto`` untouched and answers False, so that the caller runs
    the full pass: model-local functions, subgraphs (If/Loop/Scan), a type only shape
    inference could tell, a step with a hand-written adapter, a node that would be
@@ -102,13 +104,13 @@ def _types_allowed(node: onnx.NodeProto, version: int, declared: _Declared) -> b
     return True
 
 
-def _attribute_adapter_alone(
+def _adapter_alone(
     node_proto: onnx.NodeProto,
     entry: AdapterEntry,
     steps: tuple[int, int | None, int],
     declared: _Declared,
 ) -> bool:
-    """Run an ``attribute`` adapter on an IR copy of the node alone (rule 1)."""
+    """Run a hand-written adapter on an IR copy of the node alone (rule 1)."""
     version, previous, target = steps
     values: dict[str, ir.Value] = {}
     inputs = [
@@ -130,6 +132,7 @@ def _attribute_adapter_alone(
     )
     model = ir.Model(graph, ir_version=10)
     before = dict(node.attributes)
+    inputs_before = tuple(node.inputs)
     ctx = DowngradeContext(node, version, previous, target, TypeOracle(model), NodeNames(model))
     try:
         result = entry.adapter(node, ctx)
@@ -140,10 +143,16 @@ def _attribute_adapter_alone(
     after = dict(node.attributes)
     if any(before.get(name) is not attr for name, attr in after.items()):
         return False  # an attribute was added or replaced: the full pass does that
+    kept_inputs = tuple(node.inputs)
+    if kept_inputs != inputs_before[: len(kept_inputs)] or any(
+        v is not None for v in inputs_before[len(kept_inputs) :]
+    ):
+        return False  # inputs rewired: the full pass does that
     if len(after) != len(before):
         kept = [a for a in node_proto.attribute if a.name in after]
         del node_proto.attribute[:]
         node_proto.attribute.extend(kept)
+    del node_proto.input[len(kept_inputs) :]
     return True
 
 
@@ -170,12 +179,10 @@ def _node_steps_down(
             if not _types_allowed(work, version, declared):
                 return False
         else:
-            if entry.kind != "attribute":
-                return False
             if work is node:
                 work = onnx.NodeProto()
                 work.CopyFrom(node)
-            if not _attribute_adapter_alone(work, entry, (version, previous, target), declared):
+            if not _adapter_alone(work, entry, (version, previous, target), declared):
                 return False
         version = previous
     return True if work is node or work == node else work
