@@ -8,6 +8,7 @@ Nothing else writes those files.
 name       script                  needs
 ========== ======================= ===============================================
 cost       ``bench_cost.py``       ~7 GB in ``--workdir``; about 10 min on 2 cores
+profile    ``profile_cli.py``      the models of ``cost`` (run it first)
 scale      ``bench_scale.py``      ~2 GB in ``--workdir``; the EP search on 200k nodes
 effect     ``bench_effect.py``     torch, the WebGPU plugin EP (lavapipe is enough)
 legalize   ``bench_legalize.py``   torch, the WebGPU plugin EP
@@ -34,12 +35,14 @@ HERE = Path(__file__).resolve().parent
 
 SCRIPTS = {
     "cost": "bench_cost.py",
+    "profile": "profile_cli.py",
     "scale": "bench_scale.py",
     "effect": "bench_effect.py",
     "legalize": "bench_legalize.py",
 }
 QUICK = {  # tiny sizes: checks that the scripts run, measures nothing worth keeping
     "cost": ["--models", "300:1M", "--repeats", "1"],
+    "profile": ["--repeats", "1"],
     "scale": ["--models", "300:1M,600:2M", "--timeout", "300"],
     "effect": ["--models", "cnn", "--opsets", "25"],
     "legalize": ["--models", "cnn", "--runs", "2", "--repeats", "1"],
@@ -63,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, str(HERE / SCRIPTS[name]), "--out-dir", str(args.out_dir)]
         if name in WORKDIR_ARG:
             cmd += ["--workdir", str(args.workdir)]
+        if name == "profile":  # the models bench_cost.py made (it runs first)
+            labels = ("300_1M",) if args.quick else ("5k_120M", "20k_480M", "80k_1.92G")
+            cmd += [str(args.workdir / f"synthetic_{label}.onnx") for label in labels]
+            cmd += ["--write"]
         if args.quick:
             cmd += QUICK[name]
         print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
