@@ -28,7 +28,7 @@ one random input.
 
 Usage::
 
-    python benchmarks/bench_cost.py                      # 5k/120M, 20k/480M, 80k/2.2G
+    python benchmarks/bench_cost.py                      # 5k/120M, 20k/480M, 80k/960M
     python benchmarks/bench_cost.py --models 5k:120M --repeats 1 --tools ours,ir_relabel
 
 Results go to ``--results`` (JSON) and a Markdown table is printed.
@@ -51,7 +51,7 @@ from benchlib import HERE, environment, fit, gb, machine, measure, write_results
 
 TARGET = 23
 TOOLS = ("ours", "onnx_vc", "ir_relabel")
-DEFAULT_MODELS = "5k:120M,20k:480M,80k:1.92G,80k:2.2G"
+DEFAULT_MODELS = "5k:120M,20k:480M,80k:960M"
 
 
 # ---------------------------------------------------------------------------------------
@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--vc-memory-limit",
         type=float,
-        default=0.85,
+        default=0.45,
         help="cap onnx_vc's address space at this fraction of RAM (0: no cap)",
     )
     parser.add_argument(

@@ -41,7 +41,7 @@ from benchlib import HERE, environment, gb, machine, measure, write_results
 TARGET = 23
 EP_ARGS = ("--ep", "cuda", "--ort-version", "1.24")
 COMMANDS = ("lower_23", "lower_ep", "report_json", "onnx_vc")
-DEFAULT_MODELS = "5k:33M,40k:270M,200k:1.35G"
+DEFAULT_MODELS = "5k:15M,40k:120M,200k:600M"
 
 
 def command(tool: str, src: Path, dst: Path) -> list[str]:

@@ -7,9 +7,9 @@ Nothing else writes those files.
 ========== ======================= ===============================================
 name       script                  needs
 ========== ======================= ===============================================
-cost       ``bench_cost.py``       ~7 GB in ``--workdir``; about 10 min on 2 cores
+cost       ``bench_cost.py``       ~2 GB in ``--workdir``; about 10 min on 2 cores
 profile    ``profile_cli.py``      the models of ``cost`` (run it first)
-scale      ``bench_scale.py``      ~2 GB in ``--workdir``; the EP search on 200k nodes
+scale      ``bench_scale.py``      ~1 GB in ``--workdir``; the EP search on 200k nodes
 effect     ``bench_effect.py``     torch, the WebGPU plugin EP (lavapipe is enough)
 legalize   ``bench_legalize.py``   torch, the WebGPU plugin EP
 ========== ======================= ===============================================
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         if name in WORKDIR_ARG:
             cmd += ["--workdir", str(args.workdir)]
         if name == "profile":  # the models bench_cost.py made (it runs first)
-            labels = ("300_1M",) if args.quick else ("5k_120M", "20k_480M", "80k_1.92G")
+            labels = ("300_1M",) if args.quick else ("5k_120M", "20k_480M", "80k_960M")
             cmd += [str(args.workdir / f"synthetic_{label}.onnx") for label in labels]
             cmd += ["--write"]
         if args.quick:
