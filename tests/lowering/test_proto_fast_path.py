@@ -130,3 +130,31 @@ def test_attention_24_without_nonpad_kv_seqlen_keeps_its_node() -> None:
     assert try_lower_proto(proto, 23)
     assert _nodes(proto) == _nodes(expected)
     onnx.checker.check_model(proto, full_check=True)
+
+
+def test_agrees_with_the_full_pass_on_every_step() -> None:
+    """Differential check over the registry: for the realistic models of each step (types
+    inferred and declared), whenever the fast path answers True the full pass gives the
+    same nodes, opset and IR version; when it answers False the proto is untouched."""
+    from onnxscript_ep_passes.lowering.registry import DEFAULT_REGISTRY
+    from tests.lowering.backend_cases import benign_models
+    from tests.lowering.test_type_rules import ONE_STEP_CASES  # the same, cached, models
+
+    fast_count = 0
+    for entry in DEFAULT_REGISTRY.entries(18, 28):
+        steps = (entry.op_type, entry.version, entry.version - 1, ONE_STEP_CASES)
+        for case in benign_models(*steps):
+            model = onnx.shape_inference.infer_shapes(case.model)
+            fast = onnx.ModelProto()
+            fast.CopyFrom(model)
+            if not try_lower_proto(fast, entry.version - 1):
+                assert fast == model, entry
+                continue
+            fast_count += 1
+            expected = _full_pass(model, entry.version - 1)
+            assert _nodes(fast) == _nodes(expected), entry
+            assert [n.attribute for n in fast.graph.node] == [
+                n.attribute for n in expected.graph.node
+            ], entry
+            assert fast.ir_version == expected.ir_version, entry
+    assert fast_count > 100  # the fast path is the common case
