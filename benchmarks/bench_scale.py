@@ -209,6 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     parser.add_argument(
+        "--timeout-for",
+        default="",
+        help="per model size, e.g. 5k=900,200k=300 (overrides --timeout for those models)",
+    )
+    parser.add_argument(
         "--memory-limit", type=float, default=0.6, help="address-space cap, fraction of RAM"
     )
     parser.add_argument("--verify-max-nodes", type=int, default=5000)
@@ -220,8 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     limit = int(args.memory_limit * machine()["mem_bytes"]) or None
     logs = args.workdir / "logs"
     models: dict[str, Any] = {}
+    timeouts = dict(item.split("=", 1) for item in args.timeout_for.split(",") if item)
     for spec in args.models.split(","):
         label, src, info = ensure_model(args.workdir, spec)
+        timeout = float(timeouts.get(spec.partition(":")[0], args.timeout))
         entry: dict[str, Any] = {"info": info, "tools": {}, "runs": {}, "verify": {}}
         models[label] = entry
         for tool in args.commands.split(","):
@@ -231,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                 _remove(dst)
                 cmd = command(tool, src, dst)
                 run = measure(cmd, logs, f"{label}_{tool}_{i}", memory_limit=limit,
-                              timeout=args.timeout)  # fmt: skip
+                              timeout=timeout)  # fmt: skip
                 runs.append(run)
                 print(f"{label} {tool}: {run['wall_s']:.2f} s, peak RSS "
                       f"{gb(run['max_rss_bytes'])}, rc {run['rc']} {run.get('error', '')}",
