@@ -15,11 +15,10 @@ Rules the pass follows:
    ties go to the higher opset (fewer rewrites).
 4. An explicit ``target_opset`` overrides the choice (and is refused as usual when the
    model cannot reach it).
-5. It logs one INFO line per run: the original and chosen opset, the model name, the EP,
-   the ORT version, the count of each legalization decision and the ORT tracking issue;
-   and one WARNING naming the nodes still predicted to fall back (each node when there
-   are at most 20, else one line per op and version). Per-node lines are DEBUG. On a
-   terminal, a progress bar runs over the candidate opsets and legalization trials.
+5. It logs one INFO line per run (the choice's summary and, when the model changes, the
+   ORT tracking issue) and one WARNING counting the nodes still predicted to fall back,
+   per op, version and reason. Per-node lines (decisions) are DEBUG. On a terminal, a
+   progress bar runs over the candidate opsets and legalization trials.
 6. **Legalization** (``legalize=True``, the default): no opset choice helps a node whose op
    the EP has no kernel for at any version. So each candidate opset also gets a legalized
    variant (:mod:`.legalize`): a copy of the working copy at that opset, whose nodes built
@@ -54,7 +53,6 @@ __all__ = [
 import collections
 import dataclasses
 import logging
-from collections.abc import Sequence
 
 import onnx_ir as ir
 
@@ -62,7 +60,7 @@ from onnxscript_ep_passes._copies import Correspondence, adopt, copy_with_origin
 from onnxscript_ep_passes.ep.cost import CandidateRank, candidate_rank
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.names import CPU_EP, canonical_ep_name
-from onnxscript_ep_passes.ep.placement import NodePlacement, PlacementPrediction, predict_placement
+from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
 from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.errors import DowngradeError
 from onnxscript_ep_passes.lowering.lower_opset import (
@@ -73,6 +71,7 @@ from onnxscript_ep_passes.lowering.lower_opset import (
 )
 from onnxscript_ep_passes.passes.legalize import LegalizationDecision, LegalizationResult, legalize
 from onnxscript_ep_passes.progress import track
+from onnxscript_ep_passes.verdict import verdict
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +96,8 @@ class EpLoweringChoice:
             without legalization, at the chosen one.
         plan: The nodes each legalized candidate expanded (nodes of that candidate's copy
             of the model), per opset.
+        ort_version_assumed: The caller named no ORT release and the table is a shipped
+            snapshot (not listed from the installed ORT): ``ort_version`` is a default.
     """
 
     ep: str
@@ -110,6 +111,7 @@ class EpLoweringChoice:
     legalized_predictions: dict[int, PlacementPrediction] = dataclasses.field(default_factory=dict)
     decisions: tuple[LegalizationDecision, ...] = ()
     plan: dict[int, tuple[ir.Node, ...]] = dataclasses.field(default_factory=dict)
+    ort_version_assumed: bool = False
 
     @property
     def before(self) -> PlacementPrediction:
@@ -125,6 +127,36 @@ class EpLoweringChoice:
     def expanded(self) -> tuple[ir.Node, ...]:
         """The nodes the chosen candidate expands (empty unless ``legalized``)."""
         return self.plan.get(self.chosen_opset, ()) if self.legalized else ()
+
+    @property
+    def changes_model(self) -> bool:
+        """Whether applying the choice changes the model (a lower opset or expansions)."""
+        return self.chosen_opset < self.source_opset or self.legalized
+
+    def summary(self, model: str | None = None) -> str:
+        """The verdict line, e.g. ``opset 25 -> 24 on WebGPU (ORT 1.32, live table):
+        Memcpy 376 -> 4, CPU nodes 493 -> 59`` (:func:`~onnxscript_ep_passes.verdict.verdict`);
+        ``model`` prefixes it with the model's name."""
+        return verdict(
+            ep=self.ep,
+            ort_version=self.ort_version,
+            table_source=self.table_source,
+            source_opset=self.source_opset,
+            chosen_opset=self.chosen_opset,
+            memcpy=(self.before.memcpy, self.after.memcpy),
+            cpu_nodes=(len(self.before.fallback_nodes), len(self.after.fallback_nodes)),
+            expanded=len(self.expanded),
+            assumed=self.ort_version_assumed,
+            model=model,
+        )
+
+    def __repr__(self) -> str:
+        # The dataclass repr would print every node of every prediction (megabytes).
+        legalized = sorted(self.legalized_predictions)
+        return (
+            f"<EpLoweringChoice {self.summary()}; candidates {sorted(self.predictions)}"
+            f"{f', legalized {legalized}' if legalized else ''}, {len(self.decisions)} decisions>"
+        )
 
 
 @dataclasses.dataclass
@@ -427,66 +459,42 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
         choice, legalized_model = _search(
             model, table, self.target_opset, MIN_TARGET_OPSET, self.legalize
         )
+        if self.table is None and self.ort_version is None and not table.source.startswith("live:"):
+            choice = dataclasses.replace(choice, ort_version_assumed=True)
         modified = False
         if legalized_model is not None:
             adopt(model, legalized_model)
             modified = True
         elif choice.chosen_opset < choice.source_opset:
             modified = run_lowering(model, choice.chosen_opset).modified
-        _log(model, self.ep, table, choice)
+        _log(model, self.ep, choice)
         return EpLoweringResult(model, modified, choice)
 
 
-def _log(model: ir.Model, ep: str, table: KernelTable, choice: EpLoweringChoice) -> None:
-    for decision in choice.decisions:  # one line per node: DEBUG; counted below
+def _log(model: ir.Model, ep: str, choice: EpLoweringChoice) -> None:
+    for decision in choice.decisions:  # one line per node: DEBUG (rule 5)
         logger.debug("'%s' on %s: %s", model.graph.name, ep, decision)
-    counts = collections.Counter(d.decision for d in choice.decisions)
     after = choice.after
-    logger.info(
-        "Model '%s' for %s (ORT %s, %s): opset %d -> %d%s; predicted fallback nodes %d -> %d, "
-        "Memcpy %d -> %d%s. Track when this workaround can go: %s",
-        model.graph.name,
-        ep,
-        table.ort_version,
-        table.source,
-        choice.source_opset,
-        choice.chosen_opset,
-        f" (legalized: {len(choice.expanded)} nodes expanded)" if choice.legalized else "",
-        len(choice.before.fallback_nodes),
-        len(after.fallback_nodes),
-        choice.before.memcpy,
-        after.memcpy,
-        "; decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-        if counts
-        else "",
-        ORT_TRACKING_ISSUE,
-    )
+    if choice.changes_model:
+        logger.info(
+            "Model '%s': %s. Track when this workaround can go: %s",
+            model.graph.name,
+            choice.summary(),
+            ORT_TRACKING_ISSUE,
+        )
+    else:  # no tracking link: nothing was worked around
+        logger.info("Model '%s': nothing to do: %s", model.graph.name, choice.summary())
     if after.fallback_nodes:
+        groups = collections.Counter(
+            (n.op_type, n.since_version, n.reason) for n in after.fallback_nodes
+        )
         logger.warning(
             "%d nodes of '%s' are still predicted to fall back to CPU on %s:\n%s",
             len(after.fallback_nodes),
             model.graph.name,
             ep,
-            _fallback_lines(after.fallback_nodes),
+            "\n".join(
+                f"  - {count} x {op}-{version}: {reason}"
+                for (op, version, reason), count in groups.most_common()
+            ),
         )
-
-
-_LISTED_FALLBACKS = 20  # more fallback nodes than this are summarised per op
-
-
-def _fallback_lines(nodes: Sequence[NodePlacement]) -> str:
-    """Each node when there are few; else one line per op and version (with -v: each)."""
-    if len(nodes) <= _LISTED_FALLBACKS:
-        return "\n".join(
-            f"  - {n.name or '<unnamed>'} ({n.op_type}-{n.since_version}): {n.reason}"
-            for n in nodes
-        )
-    for n in nodes:
-        logger.debug("fallback: %s (%s-%s): %s", n.name, n.op_type, n.since_version, n.reason)
-    groups: dict[tuple[str, int | None], list[NodePlacement]] = {}
-    for n in nodes:
-        groups.setdefault((n.op_type, n.since_version), []).append(n)
-    return "\n".join(
-        f"  - {op}-{version} x{len(group)}, e.g. {group[0].name or '<unnamed>'}: {group[0].reason}"
-        for (op, version), group in groups.items()
-    )
