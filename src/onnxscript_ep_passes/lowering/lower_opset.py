@@ -29,11 +29,9 @@ Rules the pass follows:
 7. Only after every node succeeded are the model's opset imports, per-node version
    overrides and ``ir_version`` relabelled for the target (:mod:`.opset_imports`).
 8. A model already at or below the target is left alone (``modified=False``).
-9. The result (:class:`LoweringResult`, a ``PassResult``) reports the nodes the adapters
-   built that are in the model now, the model's nodes they replaced, and the nodes
-   carried under rule 6, so callers never find them by comparing names.
-   :func:`run_lowering` is the lowering itself (it logs at DEBUG only);
-   :class:`LowerOpsetPass` and :func:`lower_opset` add the INFO lines.
+9. The result (:class:`LoweringResult`) reports the nodes built, replaced and carried
+   (rule 6). :func:`run_lowering` logs at DEBUG only; the pass and :func:`lower_opset`
+   add the INFO lines.
 """
 
 from __future__ import annotations
@@ -45,6 +43,7 @@ __all__ = [
     "LoweringResult",
     "default_opset",
     "lower_opset",
+    "lowered_ir_version",
     "max_ir_version_for_opset",
     "run_lowering",
 ]
@@ -65,6 +64,7 @@ from onnxscript_ep_passes.lowering.function_body import expand_function_body
 from onnxscript_ep_passes.lowering.journal import Journal
 from onnxscript_ep_passes.lowering.opset_imports import (
     default_opset,
+    lowered_ir_version,
     max_ir_version_for_opset,
     relabel,
 )
