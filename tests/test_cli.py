@@ -235,14 +235,16 @@ def test_report_webgpu_live_table_with_and_without_legalization(
 
 
 def test_lower_to_an_opset_imports_no_runtime_and_defers_sympy(tmp_path: Path) -> None:
-    """`lower --target-opset` needs neither onnxruntime, onnxscript nor the EP machinery,
+    """`lower --target-opset` needs neither onnxscript nor the EP machinery,
     and onnx-ir's sympy import (a third of a small run's start-up) is never executed."""
     src, dst = tmp_path / "in.onnx", tmp_path / "out.onnx"
     onnx.save(_model_with_weights(), src)
     script = (
         "import sys; from onnxscript_ep_passes.cli import main\n"
         f"rc = main(['-q', 'lower', {str(src)!r}, '-o', {str(dst)!r}, '--target-opset', '23'])\n"
-        "heavy = ('onnxruntime', 'onnxscript', 'onnx.reference', 'onnxscript_ep_passes.ep')\n"
+        # onnxruntime's kernel listing is read when an expansion builds an op with a
+        # function body (the lowering keeps only what ORT can load).
+        "heavy = ('onnxscript', 'onnx.reference', 'onnxscript_ep_passes.ep')\n"
         "print(rc, [m for m in heavy if m in sys.modules], type(sys.modules['sympy']).__name__)\n"
     )
     done = subprocess.run(

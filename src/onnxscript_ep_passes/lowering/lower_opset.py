@@ -268,12 +268,10 @@ class _Lowering:
         since = schemas.since_version(node.op_type, self.target, node.domain)
         if since is None:
             return
+        body_version = function_body_version(node.op_type, self.target, node.domain)
         first = node.inputs[0] if node.inputs else None
         type_str = None if first is None else schemas.type_string(self.oracle.type_of(first))
-        if cpu_has_kernel(node.op_type, node.domain, since, type_str):
-            return
-        body_version = function_body_version(node.op_type, self.target, node.domain)
-        if body_version is None:
+        if body_version is None or cpu_has_kernel(node.op_type, node.domain, since, type_str):
             return
         previous = (
             schemas.since_version(node.op_type, since - 1, node.domain) if since > 1 else None
