@@ -82,6 +82,9 @@ def _set_default_opset(opsets: dict[str, int], version: int) -> None:
             opsets[domain] = version
 
 
+_Origin = tuple[ir.Node, int, int]  # a model's node, its since_version, the step that built
+
+
 @dataclasses.dataclass
 class _Scope:
     graph: ir.Graph | ir.Function
@@ -191,11 +194,14 @@ class _Lowering:
         self._dead.clear()
         self._dead_ids.clear()
 
-    def lower_node(self, node: ir.Node, opset: int, scope: str) -> None:
+    def lower_node(
+        self, node: ir.Node, opset: int, scope: str, origin: _Origin | None = None
+    ) -> None:
+        """Lower ``node``; ``origin`` is the model's node it was built from, if any."""
         start = schemas.since_version(node.op_type, opset, node.domain)
         if start is None:
             reason = f"no ONNX schema for {node.op_type} at opset {opset}"
-            self._refuse(node, opset, opset, reason, scope)
+            self._refuse(node, opset, opset, reason, scope, origin)
             return
         version = start
         while version > self.target:
@@ -204,7 +210,7 @@ class _Lowering:
             if entry is None:
                 diff = schemas.step_diff(node.op_type, version, node.domain)
                 reason = f"no adapter for this change ({diff.summary})"
-                self._refuse(node, start, version, reason, scope)
+                self._refuse(node, start, version, reason, scope, origin)
                 return
             ctx = DowngradeContext(node, version, previous, self.target, self.oracle, self.names)
             changed = None
@@ -219,7 +225,7 @@ class _Lowering:
                     raise AssertionError(f"adapter for new op {node.op_type}-{version} kept it")
             except NodeRefusedError as refusal:
                 self.journal.built([n for n, _ in ctx.built])
-                self._refuse(node, start, version, refusal.reason, scope)
+                self._refuse(node, start, version, refusal.reason, scope, origin)
                 return
             built = ctx.built
             self.journal.built([n for n, _ in built])
@@ -235,7 +241,7 @@ class _Lowering:
                     len(built),
                 )
             for new_node, new_opset in built:
-                self._lower_built(new_node, new_opset, scope)
+                self._lower_built(new_node, new_opset, scope, origin or (node, start, version))
             if result is not None:
                 return
             assert previous is not None
@@ -259,7 +265,7 @@ class _Lowering:
             value.shape = None
         self._lent_shapes.clear()
 
-    def _lower_built(self, node: ir.Node, opset: int, scope: str) -> None:
+    def _lower_built(self, node: ir.Node, opset: int, scope: str, origin: _Origin) -> None:
         """Lower a node an adapter built, and the nodes of the subgraphs it holds."""
         inner = [
             sub
@@ -271,12 +277,12 @@ class _Lowering:
             for sub in ir.traversal.RecursiveGraphIterator(graph)
         ]
         if node.graph is not None and schemas.is_default_domain(node.domain):
-            self.lower_node(node, opset, scope)
+            self.lower_node(node, opset, scope, origin)
         if id(node) in self._dead_ids:
             return  # replaced: its subgraphs are gone with it
         for sub in inner:
             if sub.graph is not None and schemas.is_default_domain(sub.domain):
-                self.lower_node(sub, opset, scope)
+                self.lower_node(sub, opset, scope, origin)
 
     def _replace(
         self, node: ir.Node, values: Sequence[ir.Value | None], ctx: DowngradeContext
@@ -325,7 +331,22 @@ class _Lowering:
 
         self.journal.record(undo)
 
-    def _refuse(self, node: ir.Node, since: int, step: int, reason: str, scope: str) -> None:
+    def _refuse(
+        self,
+        node: ir.Node,
+        since: int,
+        step: int,
+        reason: str,
+        scope: str,
+        origin: _Origin | None = None,
+    ) -> None:
+        if origin is not None:
+            # Name the user's node; say what its lowering built that could not go lower.
+            built = f"{node.op_type}-{since}" + (f" '{node.name}'" if node.name else "")
+            if step != since:
+                built += f" (at step {node.op_type}-{step})"
+            reason = f"its lowering built {built}, which cannot reach the target: {reason}"
+            node, since, step = origin
         self.refusals.append(
             Refusal(
                 node_name=node.name or "",
