@@ -6,13 +6,14 @@
 - ``report IN --ep NAME [--ort-version V] [--json]``: per op type, nodes on the EP and on
   CPU (with reasons) before and after the chosen lowering, and predicted Memcpy counts.
 
-Exit status: 0 on success; 2 when the model cannot be lowered exactly (the offending
-nodes are listed and OUT is not written); 1 for other errors (bad arguments, I/O).
+Exit status: 0 success; 1 bad input or I/O error (one line on stderr naming the problem,
+never a traceback; OUT untouched); 2 usage error; 3 the model cannot be lowered exactly
+(the offending nodes are listed and OUT is not written).
 """
 
 from __future__ import annotations
 
-__all__ = ["main"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "main"]
 
 import argparse
 import contextlib
@@ -24,15 +25,27 @@ from collections.abc import Iterator, Sequence
 
 import onnx_ir as ir
 
-from onnxscript_ep_passes.errors import DowngradeError
+from onnxscript_ep_passes.errors import DowngradeError, InvalidModelError
 from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
-from onnxscript_ep_passes.model_io import load_model, save_model
+from onnxscript_ep_passes.model_io import (
+    check_output_path,
+    load_model,
+    reference_problem,
+    save_model,
+)
 from onnxscript_ep_passes.passes.lower_for_ep import LowerOpsetForEpPass
 from onnxscript_ep_passes.report import format_report, placement_report
 
 logger = logging.getLogger("onnxscript_ep_passes")
 
-EXIT_REFUSED = 2
+EXIT_OK = 0
+EXIT_BAD_INPUT = 1  # the input is not a usable model, or reading/writing failed
+EXIT_USAGE = 2  # wrong arguments (argparse's own status)
+EXIT_REFUSED = 3  # a valid model that cannot be lowered exactly
+
+
+class _UsageError(Exception):
+    """Arguments that cannot work together; reported like argparse's own errors."""
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -62,10 +75,11 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     lower.add_argument(
         "--weights",
-        choices=("copy_file", "rewrite"),
+        choices=("copy_file", "rewrite", "reference"),
         default="copy_file",
-        help="copy_file: copy the input's data file whole (fast; weights are never changed); "
-        "rewrite: write each used tensor anew",
+        help="copy_file (default): copy the input's data file (a reflink where possible); "
+        "rewrite: write each used tensor anew; reference: OUT (in the input's directory) "
+        "points at the input's data file, no copy, the two models then share that file",
     )
     report = commands.add_parser("report", help="predicted placement on an EP, before/after")
     report.add_argument("model", help="input .onnx file")
@@ -86,9 +100,13 @@ def _configure_logging(verbose: int, quiet: bool) -> None:
 
 def _lower(args: argparse.Namespace) -> int:
     if args.target_opset is None and args.ep is None:
-        logger.error("lower needs --target-opset or --ep")
-        return 1
+        raise _UsageError("lower needs --target-opset or --ep")
     model = load_model(args.model)
+    check_output_path(model, args.output)
+    if args.weights == "reference":
+        problem = reference_problem(model, args.output)
+        if problem is not None:
+            raise _UsageError(problem)
     lowering: ir.passes.InPlacePass
     if args.ep is not None:
         lowering = LowerOpsetForEpPass(
@@ -139,22 +157,58 @@ def _no_gc() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _build_parser().parse_args(argv)
+    parser = _build_parser()
+    args = parser.parse_args(argv)
     _configure_logging(args.verbose, args.quiet)
     with _no_gc():
-        return _dispatch(args)
+        try:
+            return _dispatch(args)
+        except _UsageError as error:
+            parser.print_usage(sys.stderr)
+            sys.stderr.write(f"{parser.prog}: error: {error}\n")
+            return EXIT_USAGE
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    """Run the command; every failure becomes one line on stderr and an exit status."""
     try:
         if args.command == "lower":
             return _lower(args)
         if args.command == "report":
             return _report(args)
-    except (OSError, ValueError) as error:
+    except _UsageError:
+        raise
+    except DowngradeError as error:  # raised outside the commands' own handlers
+        sys.stderr.write(f"{error}\n")
+        return EXIT_REFUSED
+    except InvalidModelError as error:
         logger.error("%s", error)
-        return 1
-    return 1  # pragma: no cover - argparse rejects unknown commands
+        return EXIT_BAD_INPUT
+    except (OSError, ValueError) as error:
+        logger.error("%s", _one_line(error))
+        return EXIT_BAD_INPUT
+    except (MemoryError, RecursionError) as error:
+        logger.error("%s: the model is too large or too deeply nested to process", args.model)
+        logger.debug("details", exc_info=error)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        logger.error("interrupted; nothing was written")
+        return 130
+    except Exception as error:
+        # A bug, or a model the checks let through: one line, the traceback with -v.
+        logger.error(
+            "%s: internal error (%s: %s); rerun with -v for details",
+            args.model,
+            type(error).__name__,
+            _one_line(error),
+        )
+        logger.debug("traceback", exc_info=error)
+        return EXIT_BAD_INPUT
+    return EXIT_BAD_INPUT  # pragma: no cover - argparse rejects unknown commands
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,8 +1,14 @@
-"""Errors raised when a model cannot be lowered exactly."""
+"""Errors: a model that cannot be lowered exactly, or a file that is not a usable model.
+
+- :class:`DowngradeError` (with one :class:`Refusal` per node): the model is valid but some
+  nodes cannot be expressed at the target opset.
+- :class:`InvalidModelError`: the input is not a model the tool will read (not ONNX,
+  malformed, unsafe external data, ...); its message is one line naming the problem.
+"""
 
 from __future__ import annotations
 
-__all__ = ["DowngradeError", "Refusal"]
+__all__ = ["DowngradeError", "InvalidModelError", "Refusal"]
 
 import dataclasses
 from collections.abc import Sequence
@@ -74,3 +80,11 @@ class DowngradeError(ValueError):
         ]
         lines.extend(f"  - {r}" for r in self.refusals)
         return "\n".join(lines)
+
+
+class InvalidModelError(ValueError):
+    """The input is not a model the tool will read; nothing was lowered or written.
+
+    The message is one line: the file, then the problem (naming the node, attribute,
+    tensor or location where there is one).
+    """
