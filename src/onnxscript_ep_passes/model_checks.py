@@ -29,12 +29,13 @@ from __future__ import annotations
 
 __all__ = ["check_external_data", "check_model_proto", "known_opsets"]
 
+import dataclasses
 import functools
 import math
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import onnx
@@ -44,8 +45,32 @@ import onnx_ir as ir
 from onnxscript_ep_passes._onnx import get_schema
 from onnxscript_ep_passes.errors import InvalidModelError
 
-_GRAPH_ATTRS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+_TENSOR_ATTRS = (onnx.AttributeProto.TENSOR, onnx.AttributeProto.TENSORS)
 _DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+@dataclasses.dataclass(frozen=True)
+class _SchemaRules:
+    since_version: int
+    inputs: tuple[int, int]
+    outputs: tuple[int, int]
+    attributes: dict[str, int]  # name -> AttributeProto type
+    required: frozenset[str]
+
+
+@functools.cache
+def _schema_rules(op_type: str, opset: int) -> _SchemaRules | None:
+    schema = get_schema(op_type, opset, "")
+    if schema is None:
+        return None
+    attributes = schema.attributes
+    return _SchemaRules(
+        schema.since_version,
+        (schema.min_input, schema.max_input),
+        (schema.min_output, schema.max_output),
+        {name: a.type.value for name, a in attributes.items()},  # type: ignore[attr-defined]
+        frozenset(name for name, a in attributes.items() if a.required),
+    )
 
 
 @functools.cache
@@ -64,8 +89,9 @@ def _subgraphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
     for attr in node.attribute:
         if attr.type == onnx.AttributeProto.GRAPH or attr.HasField("g"):
             yield attr.name, attr.g
-        for graph in attr.graphs:
-            yield attr.name, graph
+        if attr.type == onnx.AttributeProto.GRAPHS or attr.graphs:
+            for graph in attr.graphs:
+                yield attr.name, graph
 
 
 def _node_label(node: onnx.NodeProto, version: int | None = None) -> str:
@@ -124,49 +150,66 @@ class _Checker:
         opset: int | None,
         pending: list[tuple[onnx.GraphProto, str, frozenset[str], int | None]],
     ) -> None:
-        defined: dict[str, str] = {}
+        nodes = graph.node
+        # name -> its producer's index; -1 graph input, -2 initializer, -3 sparse initializer
+        defined: dict[str, int] = {}
 
-        def define(name: str, what: str) -> None:
-            if not name:
-                return
+        def define(name: str, producer: int) -> None:
             if name in defined:
+                first, second = (self._definer(nodes, i) for i in (defined[name], producer))
                 raise self.fail(
-                    f"value '{name}' is defined twice in {where}: by {defined[name]} and by {what}"
+                    f"value '{name}' is defined twice in {where}: by {first} and by {second}"
                 )
-            defined[name] = what
+            if name:
+                defined[name] = producer
 
         for value in graph.input:
-            define(value.name, "a graph input")
-        inputs = {value.name for value in graph.input}
+            define(value.name, -1)
         for tensor in graph.initializer:
-            if tensor.name not in inputs:
-                define(tensor.name, "an initializer")
+            if defined.get(tensor.name) != -1:  # an initializer may repeat an input's name
+                define(tensor.name, -2)
             self.tensor(tensor, f"initializer '{tensor.name}' in {where}")
         for sparse in graph.sparse_initializer:
-            define(sparse.values.name, "a sparse initializer")
-        for node in graph.node:
+            define(sparse.values.name, -3)
+        for index, node in enumerate(nodes):
             for name in node.output:
-                define(name, _node_label(node))
+                define(name, index)
         visible = outer | defined.keys()
-        producer = {name: index for index, node in enumerate(graph.node) for name in node.output}
-        reads: list[set[int]] = []
-        for node in graph.node:
-            label = f"{_node_label(node)} in {where}"
-            names = {name for name in node.input if name}
-            for name in names:
-                if name not in visible:
+        in_order = True  # every node reads only values defined before it
+        for index, node in enumerate(nodes):
+            for name in node.input:
+                producer = defined.get(name, -1)
+                if producer >= index:
+                    in_order = False
+                elif producer == -1 and name and name not in visible:
+                    label = f"{_node_label(node)} in {where}"
                     raise self.fail(f"{label} reads '{name}', which nothing defines")
-            for attr_name, sub in _subgraphs(node):
-                names |= self.free_names(sub) & defined.keys()
-                pending.append((sub, f"subgraph '{attr_name}' of {label}", visible, opset))
-            reads.append({producer[name] for name in names if name in producer})
+            if node.attribute:
+                for attr_name, sub in _subgraphs(node):
+                    if any(defined.get(n, -1) >= index for n in self.free_names(sub)):
+                        in_order = False
+                    label = f"{_node_label(node)} in {where}"
+                    pending.append((sub, f"subgraph '{attr_name}' of {label}", visible, opset))
             self.node(node, where, opset)
         for value in graph.output:
             if value.name not in visible:
                 raise self.fail(f"output '{value.name}' of {where} is not defined anywhere")
-        self.acyclic(graph, reads, where)
+        if not in_order:
+            self.acyclic(graph, defined, where)
 
-    def acyclic(self, graph: onnx.GraphProto, reads: list[set[int]], where: str) -> None:
+    @staticmethod
+    def _definer(nodes: Sequence[onnx.NodeProto], producer: int) -> str:
+        names = {-1: "a graph input", -2: "an initializer", -3: "a sparse initializer"}
+        return names[producer] if producer < 0 else _node_label(nodes[producer])
+
+    def acyclic(self, graph: onnx.GraphProto, defined: dict[str, int], where: str) -> None:
+        """Kahn's algorithm over the nodes, for graphs not already in topological order."""
+        reads: list[set[int]] = []
+        for node in graph.node:
+            names = set(node.input)
+            for _, sub in _subgraphs(node):
+                names |= self.free_names(sub)
+            reads.append({defined[n] for n in names if defined.get(n, -1) >= 0})
         users: list[list[int]] = [[] for _ in reads]
         waiting = [len(r) for r in reads]
         for index, producers in enumerate(reads):
@@ -190,47 +233,50 @@ class _Checker:
     # -- nodes and tensors -----------------------------------------------------------
 
     def node(self, node: onnx.NodeProto, where: str, opset: int | None) -> None:
-        label = f"{_node_label(node)} in {where}"
         for attr in node.attribute:
-            if attr.HasField("t"):
-                self.tensor(attr.t, f"attribute '{attr.name}' of {label}")
-            for tensor in attr.tensors:
-                self.tensor(tensor, f"attribute '{attr.name}' of {label}")
+            if attr.type in _TENSOR_ATTRS:
+                label = f"attribute '{attr.name}' of {_node_label(node)} in {where}"
+                for tensor in (
+                    (attr.t,) if attr.type == onnx.AttributeProto.TENSOR else attr.tensors
+                ):
+                    self.tensor(tensor, label)
         if node.domain not in _DEFAULT_DOMAINS or opset is None:
             return
-        schema = get_schema(node.op_type, opset, "")
+        schema = _schema_rules(node.op_type, opset)
         if schema is None:
             return  # not an ONNX op at this opset: the lowering decides
-        label = f"{_node_label(node, schema.since_version)} in {where}"
         given = len(node.input)
         while given and not node.input[given - 1]:
             given -= 1
-        if given < schema.min_input or given > schema.max_input:
-            raise self.fail(
-                f"{label} has {given} inputs; its schema takes "
-                f"{schema.min_input}..{schema.max_input}"
+        problem = None
+        if not schema.inputs[0] <= given <= schema.inputs[1]:
+            problem = (
+                f" has {given} inputs; its schema takes {schema.inputs[0]}..{schema.inputs[1]}"
             )
-        if not schema.min_output <= len(node.output) <= schema.max_output:
-            raise self.fail(
-                f"{label} has {len(node.output)} outputs; its schema gives "
-                f"{schema.min_output}..{schema.max_output}"
+        elif not schema.outputs[0] <= len(node.output) <= schema.outputs[1]:
+            problem = (
+                f" has {len(node.output)} outputs; its schema gives "
+                f"{schema.outputs[0]}..{schema.outputs[1]}"
             )
         names = set()
         for attr in node.attribute:
+            if problem:
+                break
             names.add(attr.name)
             expected = schema.attributes.get(attr.name)
             if expected is None:
-                raise self.fail(f"{label} has attribute '{attr.name}', which its schema lacks")
-            if attr.ref_attr_name:
-                continue  # bound when the function is called
-            if attr.type != expected.type:
-                raise self.fail(
-                    f"{label}: attribute '{attr.name}' is {_attr_type_name(attr.type)}, "
-                    f"the schema wants {_attr_type_name(expected.type)}"
+                problem = f" has attribute '{attr.name}', which its schema lacks"
+            elif attr.type != expected and not attr.ref_attr_name:
+                problem = (
+                    f": attribute '{attr.name}' is {_attr_type_name(attr.type)}, "
+                    f"the schema wants {_attr_type_name(expected)}"
                 )
-        for name, definition in schema.attributes.items():
-            if definition.required and name not in names:
-                raise self.fail(f"{label} lacks required attribute '{name}'")
+        missing = schema.required - names
+        if not problem and missing:
+            problem = f" lacks required attribute '{sorted(missing)[0]}'"
+        if problem:
+            label = f"{_node_label(node, schema.since_version)} in {where}"
+            raise self.fail(label + problem)
 
     def tensor(self, tensor: onnx.TensorProto, label: str) -> None:
         if any(d < 0 for d in tensor.dims):
