@@ -19,7 +19,7 @@ import pytest
 from onnx import TensorProto, numpy_helper
 
 from onnxscript_ep_passes.cli import EXIT_BAD_INPUT, main
-from tests.harness import make_model
+from tests.harness import make_model, run_cli
 
 X = oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
 Y = oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
@@ -308,24 +308,9 @@ def test_copy_never_reads_past_the_declared_range(tmp_path: Path) -> None:
 def test_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "w.bin")
     path = _write(tmp_path / "m.onnx", _external_model("w.bin"))
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "onnxscript_ep_passes",
-            "-q",
-            "lower",
-            str(path),
-            "-o",
-            str(tmp_path / "o.onnx"),
-            "--target-opset",
-            "23",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,  # the old code blocked forever reading the FIFO
-        check=False,
-    )
+    out = str(tmp_path / "o.onnx")
+    # The old code blocked forever reading the FIFO.
+    result = run_cli("lower", str(path), "-o", out, "--target-opset", "23", timeout=60)
     assert result.returncode == EXIT_BAD_INPUT, result.stderr
     assert "not a regular file" in result.stderr and "Traceback" not in result.stderr
 

@@ -19,7 +19,7 @@ import pytest
 from onnx import TensorProto, numpy_helper
 
 from onnxscript_ep_passes.cli import EXIT_BAD_INPUT, EXIT_USAGE, main
-from tests.harness import make_model, run_model
+from tests.harness import make_model, run_cli, run_model
 
 _ROWS = 1024  # weights of 1024x1024 float: 4 MiB per model
 
@@ -190,26 +190,8 @@ def test_disk_full_while_overwriting_the_input_leaves_it_intact(tmp_path: Path) 
     src = tmp_path / "m.onnx"
     onnx.save(_model("a", 1), src)  # 4 MiB of weights inline: the write hits the limit
     before = _digest(src)
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "onnxscript_ep_passes",
-            "-q",
-            "lower",
-            str(src),
-            "-o",
-            str(src),
-            "--target-opset",
-            "23",
-            "--external-data",
-            "never",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        preexec_fn=_no_bigger_files,
-    )
+    argv = ["lower", str(src), "-o", str(src), "--target-opset", "23", "--external-data", "never"]
+    result = run_cli(*argv, preexec_fn=_no_bigger_files)
     assert result.returncode == EXIT_BAD_INPUT, result.stderr
     assert "Traceback" not in result.stderr and "File too large" in result.stderr
     assert _digest(src) == before
