@@ -222,3 +222,10 @@ def test_report_webgpu_live_table_with_and_without_legalization(
     assert plain["after"]["memcpy"] > 0
     assert legalized["after"]["memcpy"] == 0
     assert any(d["decision"] == "expand" for d in legalized["decisions"])
+
+
+def test_lower_without_a_target_is_a_usage_error(tmp_path: Path) -> None:
+    path = _opset24_decoder_like(tmp_path)
+    out = tmp_path / "o.onnx"
+    assert main(["lower", str(path), "-o", str(out)]) == 2  # neither --target-opset nor --ep
+    assert not out.exists()

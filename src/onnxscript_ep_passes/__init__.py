@@ -5,7 +5,7 @@ opset with per-op down-conversion adapters that keep its meaning exactly, or ref
 with a :class:`DowngradeError` that lists every offending node.
 """
 
-from onnxscript_ep_passes.errors import DowngradeError, Refusal
+from onnxscript_ep_passes.errors import DowngradeError, InvalidModelError, Refusal
 from onnxscript_ep_passes.lowering import (
     DEFAULT_REGISTRY,
     AdapterEntry,
@@ -24,6 +24,7 @@ __all__ = [
     "AdapterRegistry",
     "DowngradeContext",
     "DowngradeError",
+    "InvalidModelError",
     "LowerOpsetPass",
     "Refusal",
     "lower_opset",
