@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-__all__ = ["DowngradeError", "InvalidModelError", "Refusal"]
+__all__ = ["DowngradeError", "InvalidModelError", "Refusal", "built_node_reason"]
 
 import dataclasses
 from collections.abc import Sequence
@@ -46,6 +46,18 @@ class Refusal:
         if self.step != self.since_version:
             step = f"at step {self.op_type}-{self.step}: "
         return f"node {name} ({op}-{self.since_version}{where}): {step}{self.reason}"
+
+
+def built_node_reason(op_type: str, name: str | None, since: int, step: int, reason: str) -> str:
+    """The reason for refusing a model's node because a node its lowering built was refused.
+
+    The refusal then names the model's node (never a name the lowering made up) and says
+    what was built from it and why that could not go lower.
+    """
+    built = f"{op_type}-{since}" + (f" '{name}'" if name else "")
+    if step != since:
+        built += f" (at step {op_type}-{step})"
+    return f"its lowering built {built}, which cannot reach the target: {reason}"
 
 
 class DowngradeError(ValueError):

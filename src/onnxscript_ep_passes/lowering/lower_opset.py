@@ -51,7 +51,7 @@ from typing import TypeVar, overload
 import onnx
 import onnx_ir as ir
 
-from onnxscript_ep_passes.errors import DowngradeError, Refusal
+from onnxscript_ep_passes.errors import DowngradeError, Refusal, built_node_reason
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.context import DowngradeContext, NodeNames, NodeRefusedError
 from onnxscript_ep_passes.lowering.registry import DEFAULT_REGISTRY, AdapterRegistry
@@ -86,9 +86,6 @@ def _set_default_opset(opsets: dict[str, int], version: int) -> None:
     for domain in schemas.DEFAULT_DOMAINS:
         if domain in opsets:
             opsets[domain] = version
-
-
-_Origin = tuple[ir.Node, int, int]  # a model's node, its since_version, the step that built
 
 
 @dataclasses.dataclass
@@ -149,6 +146,7 @@ class _Lowering:
         self.oracle = TypeOracle(model)
         self.names = NodeNames(model)
         self.refusals: list[Refusal] = []
+        self._origin: tuple[ir.Node, int, int] | None = None  # model node, since, step: builds
         self.rewritten: set[int] = set()  # ids of the nodes adapters changed
         self.built_nodes: list[ir.Node] = []  # every node the adapters built, in order
         self.journal = _Journal()
@@ -205,14 +203,11 @@ class _Lowering:
         self._dead.clear()
         self._dead_ids.clear()
 
-    def lower_node(
-        self, node: ir.Node, opset: int, scope: str, origin: _Origin | None = None
-    ) -> None:
-        """Lower ``node``; ``origin`` is the model's node it was built from, if any."""
+    def lower_node(self, node: ir.Node, opset: int, scope: str) -> None:
         start = schemas.since_version(node.op_type, opset, node.domain)
         if start is None:
             reason = f"no ONNX schema for {node.op_type} at opset {opset}"
-            self._refuse(node, opset, opset, reason, scope, origin)
+            self._refuse(node, opset, opset, reason, scope)
             return
         version = start
         while version > self.target:
@@ -221,7 +216,7 @@ class _Lowering:
             if entry is None:
                 diff = schemas.step_diff(node.op_type, version, node.domain)
                 reason = f"no adapter for this change ({diff.summary})"
-                self._refuse(node, start, version, reason, scope, origin)
+                self._refuse(node, start, version, reason, scope)
                 return
             ctx = DowngradeContext(node, version, previous, self.target, self.oracle, self.names)
             changed = None
@@ -236,7 +231,7 @@ class _Lowering:
                     raise AssertionError(f"adapter for new op {node.op_type}-{version} kept it")
             except NodeRefusedError as refusal:
                 self.journal.built([n for n, _ in ctx.built])
-                self._refuse(node, start, version, refusal.reason, scope, origin)
+                self._refuse(node, start, version, refusal.reason, scope)
                 return
             built = ctx.built
             self.journal.built([n for n, _ in built])
@@ -252,8 +247,10 @@ class _Lowering:
                     entry.kind,
                     len(built),
                 )
+            outer, self._origin = self._origin, self._origin or (node, start, version)
             for new_node, new_opset in built:
-                self._lower_built(new_node, new_opset, scope, origin or (node, start, version))
+                self._lower_built(new_node, new_opset, scope)
+            self._origin = outer
             if result is not None:
                 return
             assert previous is not None
@@ -277,7 +274,7 @@ class _Lowering:
             value.shape = None
         self._lent_shapes.clear()
 
-    def _lower_built(self, node: ir.Node, opset: int, scope: str, origin: _Origin) -> None:
+    def _lower_built(self, node: ir.Node, opset: int, scope: str) -> None:
         """Lower a node an adapter built, and the nodes of the subgraphs it holds."""
         inner = [
             sub
@@ -289,12 +286,12 @@ class _Lowering:
             for sub in ir.traversal.RecursiveGraphIterator(graph)
         ]
         if node.graph is not None and schemas.is_default_domain(node.domain):
-            self.lower_node(node, opset, scope, origin)
+            self.lower_node(node, opset, scope)
         if id(node) in self._dead_ids:
             return  # replaced: its subgraphs are gone with it
         for sub in inner:
             if sub.graph is not None and schemas.is_default_domain(sub.domain):
-                self.lower_node(sub, opset, scope, origin)
+                self.lower_node(sub, opset, scope)
 
     def _replace(
         self, node: ir.Node, values: Sequence[ir.Value | None], ctx: DowngradeContext
@@ -343,22 +340,10 @@ class _Lowering:
 
         self.journal.record(undo)
 
-    def _refuse(
-        self,
-        node: ir.Node,
-        since: int,
-        step: int,
-        reason: str,
-        scope: str,
-        origin: _Origin | None = None,
-    ) -> None:
-        if origin is not None:
-            # Name the user's node; say what its lowering built that could not go lower.
-            built = f"{node.op_type}-{since}" + (f" '{node.name}'" if node.name else "")
-            if step != since:
-                built += f" (at step {node.op_type}-{step})"
-            reason = f"its lowering built {built}, which cannot reach the target: {reason}"
-            node, since, step = origin
+    def _refuse(self, node: ir.Node, since: int, step: int, reason: str, scope: str) -> None:
+        if self._origin is not None:  # name the model's node, and what was built from it
+            reason = built_node_reason(node.op_type, node.name, since, step, reason)
+            node, since, step = self._origin
         self.refusals.append(
             Refusal(
                 node_name=node.name or "",
