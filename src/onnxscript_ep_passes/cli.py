@@ -1,146 +1,374 @@
 """Command line: ``onnxscript-ep-passes lower|report`` (or ``python -m onnxscript_ep_passes``).
 
-- ``lower IN -o OUT --target-opset N``: lower exactly to opset N.
-- ``lower IN -o OUT --ep NAME [--ort-version V] [--no-legalize]``: lower to the opset
-  best for that EP, expanding nodes it cannot run at any opset when that helps.
-- ``report IN --ep NAME [--ort-version V] [--json]``: per op type, nodes on the EP and on
-  CPU (with reasons) before and after the chosen lowering, and predicted Memcpy counts.
+Rules:
 
-Exit status: 0 success; 1 bad input or I/O error (one line on stderr naming the problem,
-never a traceback; OUT untouched); 2 usage error; 3 the model cannot be lowered exactly
-(the offending nodes are listed and OUT is not written).
+- Each subcommand is one :class:`Command` in :data:`COMMANDS`: its name, one-line help,
+  examples, a function that adds its arguments and one that runs it. Adding a subcommand
+  is adding one entry; ``--help`` of the program and of each subcommand lists them.
+- Global options (``-v``/``-q``) are accepted before or after the subcommand;
+  ``--version`` prints the package's version and those of onnx and ONNX Runtime.
+- stdout carries results only (the verdict, the report, ``--json``); logs, ORT's and the
+  GPU driver's messages go to stderr.
+- A target that is not below the model's opset (or an EP choice that keeps the model as
+  it is) is "nothing to do": exit 0, and OUT is not written unless
+  ``--write-unchanged`` asks for it.
+- A missing or contradictory option is a usage error (:class:`UsageError`, exit 2 with the
+  usage line), found before the model is read where possible.
+
+Exit status (see :data:`EXIT_STATUS_HELP`): 0 success, 1 bad input or I/O error, 2 usage
+error, 3 the model cannot be lowered exactly (the offending nodes are listed, OUT is not
+written).
 """
 
 from __future__ import annotations
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "main"]
+__all__ = [
+    "COMMANDS",
+    "EXIT_BAD_INPUT",
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_STATUS_HELP",
+    "EXIT_USAGE",
+    "Command",
+    "UsageError",
+    "main",
+]
 
 import argparse
 import contextlib
+import dataclasses
 import gc
+import importlib.metadata
 import json
 import logging
+import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import onnx_ir as ir
 
+from onnxscript_ep_passes import __version__
 from onnxscript_ep_passes.errors import DowngradeError, InvalidModelError
-from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
+from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass, default_opset
 from onnxscript_ep_passes.model_io import (
     check_output_path,
     load_model,
     reference_problem,
     save_model,
 )
-from onnxscript_ep_passes.passes.lower_for_ep import LowerOpsetForEpPass
-from onnxscript_ep_passes.report import format_report, placement_report
+from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringResult, LowerOpsetForEpPass
+from onnxscript_ep_passes.report import placement_report, print_report
 
 logger = logging.getLogger("onnxscript_ep_passes")
 
+PROG = "onnxscript-ep-passes"
 EXIT_OK = 0
 EXIT_BAD_INPUT = 1  # the input is not a usable model, or reading/writing failed
 EXIT_USAGE = 2  # wrong arguments (argparse's own status)
 EXIT_REFUSED = 3  # a valid model that cannot be lowered exactly
 
+EXIT_STATUS_HELP = """\
+exit status:
+  0  success (also "nothing to do")
+  1  bad input or I/O error: one line naming the problem, never a traceback (see
+     docs/safety.md: what is read from a model's files, atomic output)
+  2  usage error (unknown or missing option)
+  3  the model cannot be lowered exactly: every offending node is listed, OUT is not written"""
 
-class _UsageError(Exception):
-    """Arguments that cannot work together; reported like argparse's own errors."""
+
+class UsageError(Exception):
+    """A missing or contradictory option: reported with the subcommand's usage, exit 2."""
 
 
-def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="onnxscript-ep-passes",
-        description="Lower ONNX models exactly so they run wholly on an ONNX Runtime EP.",
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """One subcommand.
+
+    Attributes:
+        name: What the user types.
+        help: One line for the program's ``--help``.
+        examples: Example invocations with a comment each, shown by ``NAME --help``.
+        add_arguments: Adds the subcommand's own arguments to its parser.
+        run: Runs it; returns the exit status (raise :class:`UsageError` for bad options).
+    """
+
+    name: str
+    help: str
+    examples: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+# -- lower ---------------------------------------------------------------------------
+
+
+def _lower_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="input .onnx file (external data is read lazily)")
+    parser.add_argument("-o", "--output", required=True, help="output .onnx file")
+    parser.add_argument("--target-opset", type=int, help="the ai.onnx opset to lower to")
+    parser.add_argument("--ep", help="pick the opset best for this EP (webgpu, cuda, dml, ...)")
+    parser.add_argument(
+        "--ort-version", help="with --ep: the ORT release the model will run on (e.g. 1.24)"
     )
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="-v: debug logs")
-    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
-    commands = parser.add_subparsers(dest="command", required=True)
-    lower = commands.add_parser("lower", help="lower a model's ai.onnx opset")
-    lower.add_argument("model", help="input .onnx file (external data is read lazily)")
-    lower.add_argument("-o", "--output", required=True, help="output .onnx file")
-    lower.add_argument("--target-opset", type=int, help="the ai.onnx opset to lower to")
-    lower.add_argument("--ep", help="pick the opset best for this EP (webgpu, cuda, dml, ...)")
-    lower.add_argument("--ort-version", help="the ORT release the model will run on")
-    lower.add_argument(
+    parser.add_argument(
         "--no-legalize",
         action="store_true",
         help="with --ep: only choose the opset; never expand nodes the EP cannot run",
     )
-    lower.add_argument(
+    parser.add_argument(
+        "--write-unchanged",
+        action="store_true",
+        help="write OUT even when there is nothing to do (a copy of the input)",
+    )
+    parser.add_argument(
         "--external-data",
         choices=("auto", "always", "never"),
         default="auto",
         help="save weights to OUT.data: auto = when the input had external data or is large",
     )
-    lower.add_argument(
+    parser.add_argument(
         "--weights",
         choices=("copy_file", "rewrite", "reference"),
         default="copy_file",
-        help="copy_file (default): copy the input's data file (a reflink where possible); "
-        "rewrite: write each used tensor anew; reference: OUT (in the input's directory) "
-        "points at the input's data file, no copy, the two models then share that file",
+        help="copy_file (default): copy the input's data file (a reflink where possible), "
+        "OUT is self-contained; rewrite: write each used tensor anew; reference: OUT (in the "
+        "input's directory) points at the input's data file, no copy, the two share it",
     )
-    report = commands.add_parser("report", help="predicted placement on an EP, before/after")
-    report.add_argument("model", help="input .onnx file")
-    report.add_argument("--ep", required=True, help="webgpu, cuda, dml, or an ORT EP name")
-    report.add_argument("--ort-version", help="the ORT release (default: the installed one)")
-    report.add_argument("--target-opset", type=int, help="evaluate this opset, not the best")
-    report.add_argument("--json", action="store_true", help="print one JSON object")
-    report.add_argument(
-        "--no-legalize", action="store_true", help="only choose the opset; expand nothing"
-    )
-    return parser
 
 
-def _configure_logging(verbose: int, quiet: bool) -> None:
-    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+def _model_opset(model: ir.Model) -> int:
+    opset = default_opset(model.opset_imports)
+    if opset is None:
+        raise ValueError("the model imports no ai.onnx opset")
+    return opset
 
 
 def _lower(args: argparse.Namespace) -> int:
     if args.target_opset is None and args.ep is None:
-        raise _UsageError("lower needs --target-opset or --ep")
+        raise UsageError("lower needs --target-opset N or --ep NAME")
+    if args.ep is None and (args.ort_version or args.no_legalize):
+        raise UsageError("--ort-version and --no-legalize need --ep")
+    name = Path(args.model).name
     model = load_model(args.model)
     check_output_path(model, args.output)
-    if args.weights == "reference":
-        problem = reference_problem(model, args.output)
-        if problem is not None:
-            raise _UsageError(problem)
-    lowering: ir.passes.InPlacePass
-    if args.ep is not None:
-        lowering = LowerOpsetForEpPass(
-            args.ep, args.ort_version, args.target_opset, legalize=not args.no_legalize
-        )
+    if args.weights == "reference" and (problem := reference_problem(model, args.output)):
+        raise UsageError(problem)
+    source = _model_opset(model)
+    with _stdout_to_stderr():
+        if args.ep is None:
+            changed, line = _lower_to_opset(model, args.target_opset, source)
+        else:
+            changed, line = _lower_for_ep(model, args)
+    if not changed:
+        _say(args, f"nothing to do: {name}: {line}")
+        if not args.write_unchanged:
+            return 0
     else:
-        lowering = LowerOpsetPass(args.target_opset)
-    try:
-        lowering(model)
-    except DowngradeError as error:
-        sys.stderr.write(f"{error}\n")
-        return EXIT_REFUSED
+        _say(args, f"{name}: {line}")
     external = {"auto": None, "always": True, "never": False}[args.external_data]
     save_model(model, args.output, external_data=external, weights=args.weights)
-    logger.info("wrote %s", args.output)
+    _say(args, f"wrote {args.output}")
     return 0
 
 
+def _lower_to_opset(model: ir.Model, target: int, source: int) -> tuple[bool, str]:
+    if target >= source:
+        return False, f"already at opset {source} (target {target})"
+    LowerOpsetPass(target)(model)
+    return True, f"opset {source} -> {target}"
+
+
+def _lower_for_ep(model: ir.Model, args: argparse.Namespace) -> tuple[bool, str]:
+    lowering = LowerOpsetForEpPass(
+        args.ep, args.ort_version, args.target_opset, legalize=not args.no_legalize
+    )
+    result = lowering(model)
+    assert isinstance(result, EpLoweringResult)
+    choice = result.choice
+    if choice is None:
+        return False, f"the CPU EP runs every opset (model at opset {_model_opset(model)})"
+    return choice.changes_model, choice.summary()
+
+
+_LOWER_EXAMPLES = """\
+  # lower exactly to opset 23 (weights stay in OUT.onnx.data, next to OUT)
+  onnxscript-ep-passes lower model.onnx -o model-23.onnx --target-opset 23
+  # lower to the opset that puts most of the model on WebGPU (installed ORT, live table)
+  onnxscript-ep-passes lower model.onnx -o model-webgpu.onnx --ep webgpu
+  # for CUDA on ORT 1.24, choosing the opset only (expand no node)
+  onnxscript-ep-passes lower model.onnx -o model-cuda.onnx --ep cuda --ort-version 1.24 --no-legalize"""
+
+
+# -- report --------------------------------------------------------------------------
+
+
+def _report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="input .onnx file")
+    parser.add_argument("--ep", required=True, help="webgpu, cuda, dml, or an ORT EP name")
+    parser.add_argument(
+        "--ort-version",
+        help="the ORT release (default: the installed one; a snapshot when it cannot list the EP)",
+    )
+    parser.add_argument("--target-opset", type=int, help="evaluate this opset, not the best")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--all", action="store_true", help="list every op, not only those whose placement changes"
+    )
+    parser.add_argument(
+        "--no-legalize", action="store_true", help="only choose the opset; expand nothing"
+    )
+
+
 def _report(args: argparse.Namespace) -> int:
+    if args.json and args.all:
+        raise UsageError("--all applies to the text report; --json always holds every node")
     model = load_model(args.model)
-    try:
+    with _stdout_to_stderr():
         result = placement_report(
             model,
             args.ep,
             ort_version=args.ort_version,
             target_opset=args.target_opset,
             legalize=not args.no_legalize,
+            model_name=Path(args.model).name,
         )
-    except DowngradeError as error:
-        sys.stderr.write(f"{error}\n")
-        return EXIT_REFUSED
-    sys.stdout.write(json.dumps(result) if args.json else format_report(result))
-    sys.stdout.write("\n")
+    if args.json:
+        sys.stdout.write(json.dumps(result) + "\n")
+    else:
+        print_report(result, show_all=args.all)
     return 0
+
+
+_REPORT_EXAMPLES = """\
+  # where the nodes of model.onnx land on WebGPU now and after lowering
+  onnxscript-ep-passes report model.onnx --ep webgpu
+  # on CUDA with ORT 1.24 (a shipped kernel table), every op listed
+  onnxscript-ep-passes report model.onnx --ep cuda --ort-version 1.24 --all
+  # the same as one JSON object, for scripts
+  onnxscript-ep-passes report model.onnx --ep cuda --ort-version 1.24 --json"""
+
+
+COMMANDS: list[Command] = [
+    Command(
+        "lower",
+        "lower a model's ai.onnx opset (to N, or to the best for an EP)",
+        _LOWER_EXAMPLES,
+        _lower_arguments,
+        _lower,
+    ),
+    Command(
+        "report",
+        "predicted placement on an EP, before and after lowering",
+        _REPORT_EXAMPLES,
+        _report_arguments,
+        _report,
+    ),
+]
+"""The subcommands, in the order ``--help`` lists them."""
+
+
+# -- the program ---------------------------------------------------------------------
+
+
+def _version() -> str:
+    def installed(dist: str) -> str:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    ort = next(
+        (
+            f"{dist} {installed(dist)}"
+            for dist in ("onnxruntime", "onnxruntime-gpu", "onnxruntime-directml")
+            if installed(dist) != "not installed"
+        ),
+        "onnxruntime not installed",
+    )
+    return f"{PROG} {__version__} (onnx {installed('onnx')}, {ort})"
+
+
+def _global_options(*, defaults: bool) -> argparse.ArgumentParser:
+    """-v/-q; the copy on each subcommand has no defaults, so it keeps what came before."""
+    parser = argparse.ArgumentParser(add_help=False)
+    group = parser.add_argument_group("global options (before or after the subcommand)")
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0 if defaults else argparse.SUPPRESS,
+        help="debug logs on stderr",
+    )
+    group.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=False if defaults else argparse.SUPPRESS,
+        help="only warnings and errors on stderr; no verdict line from lower",
+    )
+    return parser
+
+
+def _examples_epilog() -> str:
+    return "examples:\n" + "\n".join(c.examples for c in COMMANDS) + "\n\n" + EXIT_STATUS_HELP
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser: one subparser per :data:`COMMANDS` entry."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Lower ONNX models' ai.onnx opset exactly, per op, so they run wholly "
+        "on the ONNX Runtime execution provider you pick.",
+        epilog=_examples_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_global_options(defaults=True)],
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        sub = commands.add_parser(
+            command.name,
+            help=command.help,
+            description=command.help,
+            epilog=f"examples:\n{command.examples}\n\n{EXIT_STATUS_HELP}",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            parents=[_global_options(defaults=False)],
+        )
+        command.add_arguments(sub)
+        sub.set_defaults(run=command.run, usage_error=sub.error)
+    return parser
+
+
+def _say(args: argparse.Namespace, line: str) -> None:
+    """A result line on stdout (not with -q)."""
+    if not args.quiet:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Send what native code (ORT, the GPU driver) writes to fd 1 to stderr meanwhile, so
+    that stdout holds the results alone."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no fd 1 (embedded interpreters)
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _configure_logging(verbose: int, quiet: bool) -> None:
+    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
 
 @contextlib.contextmanager
@@ -157,58 +385,37 @@ def _no_gc() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _build_parser()
+    """Run the command line; return the exit status."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     _configure_logging(args.verbose, args.quiet)
-    with _no_gc():
-        try:
-            return _dispatch(args)
-        except _UsageError as error:
-            parser.print_usage(sys.stderr)
-            sys.stderr.write(f"{parser.prog}: error: {error}\n")
-            return EXIT_USAGE
-
-
-def _dispatch(args: argparse.Namespace) -> int:
-    """Run the command; every failure becomes one line on stderr and an exit status."""
     try:
-        if args.command == "lower":
-            return _lower(args)
-        if args.command == "report":
-            return _report(args)
-    except _UsageError:
-        raise
-    except DowngradeError as error:  # raised outside the commands' own handlers
+        with _no_gc():
+            return int(args.run(args))
+    except UsageError as error:
+        args.usage_error(str(error))  # prints the subcommand's usage, exits 2
+        raise  # pragma: no cover - error() exits
+    except DowngradeError as error:
         sys.stderr.write(f"{error}\n")
         return EXIT_REFUSED
-    except InvalidModelError as error:
-        logger.error("%s", error)
-        return EXIT_BAD_INPUT
-    except (OSError, ValueError) as error:
-        logger.error("%s", _one_line(error))
-        return EXIT_BAD_INPUT
-    except (MemoryError, RecursionError) as error:
-        logger.error("%s: the model is too large or too deeply nested to process", args.model)
-        logger.debug("details", exc_info=error)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        logger.error("interrupted; nothing was written")
-        return 130
-    except Exception as error:
-        # A bug, or a model the checks let through: one line, the traceback with -v.
-        logger.error(
-            "%s: internal error (%s: %s); rerun with -v for details",
-            args.model,
-            type(error).__name__,
-            _one_line(error),
-        )
+    except Exception as error:  # every other failure: one line, exit 1, never a traceback
+        logger.error("%s", _one_line(args, error))
         logger.debug("traceback", exc_info=error)
         return EXIT_BAD_INPUT
-    return EXIT_BAD_INPUT  # pragma: no cover - argparse rejects unknown commands
+    except KeyboardInterrupt:
+        logger.error("interrupted; OUT was not written")
+        return 130
 
 
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split()) or type(error).__name__
+def _one_line(args: argparse.Namespace, error: Exception) -> str:
+    """The message of a failure that is not a refusal, on one line."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, (InvalidModelError, OSError, ValueError)):
+        return text
+    if isinstance(error, (MemoryError, RecursionError)):
+        return f"{getattr(args, 'model', PROG)}: the model is too large or too deeply nested"
+    # A bug, or a model the checks let through; -v logs the traceback.
+    return f"{getattr(args, 'model', PROG)}: internal error ({type(error).__name__}: {text}); rerun with -v"
 
 
 if __name__ == "__main__":  # pragma: no cover
