@@ -42,17 +42,17 @@ __all__ = [
     "check_output_path",
     "data_files",
     "has_external_data",
+    "load_graph_proto",
     "load_model",
+    "proto_source_file",
     "reference_problem",
     "save_model",
+    "save_proto",
 ]
 
-import contextlib
 import logging
+import math
 import os
-import re
-import secrets
-import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,6 +62,7 @@ import onnx
 import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
+from onnxscript_ep_passes._atomic import Stage as _Stage
 from onnxscript_ep_passes._onnx import iter_graphs
 from onnxscript_ep_passes.errors import InvalidModelError
 from onnxscript_ep_passes.model_checks import check_external_data, check_model_proto
@@ -86,6 +87,21 @@ def _one_line(error: BaseException) -> str:
 
 def load_model(path: str | os.PathLike[str]) -> ir.Model:
     """Load ``path`` (see module docstring); external data is mapped lazily."""
+    proto = load_graph_proto(path)
+    label, source = os.fspath(path), Path(os.path.abspath(path))
+    try:
+        model = ir.serde.deserialize_model(proto)
+    except Exception as error:
+        raise InvalidModelError(f"{label}: cannot be read as a model: {_one_line(error)}") from None
+    for tensor in _all_tensors(model):
+        if isinstance(tensor, ir.ExternalTensor):
+            tensor.base_dir = str(source.parent)
+    model.meta[_SOURCE_KEY] = os.path.realpath(source)
+    return model
+
+
+def load_graph_proto(path: str | os.PathLike[str]) -> onnx.ModelProto:
+    """``path``'s proto, checked as :func:`load_model` checks it; no weight is read."""
     label = os.fspath(path)
     source = Path(os.path.abspath(path))
     try:
@@ -112,15 +128,7 @@ def load_model(path: str | os.PathLike[str]) -> ir.Model:
     del data
     check_model_proto(proto, label)
     check_external_data(proto, source.parent, label)
-    try:
-        model = ir.serde.deserialize_model(proto)
-    except Exception as error:
-        raise InvalidModelError(f"{label}: cannot be read as a model: {_one_line(error)}") from None
-    for tensor in _all_tensors(model):
-        if isinstance(tensor, ir.ExternalTensor):
-            tensor.base_dir = str(source.parent)
-    model.meta[_SOURCE_KEY] = os.path.realpath(source)
-    return model
+    return proto
 
 
 def _graphs(model: ir.Model) -> Iterator[ir.Graph | ir.Function]:
@@ -190,169 +198,6 @@ def reference_problem(model: ir.Model, path: str | os.PathLike[str]) -> str | No
                 f"('{tensor.base_dir}'), where its data file is"
             )
     return None
-
-
-# -- the staging directory and the commit --------------------------------------------
-
-
-class _Stage:
-    """A private directory next to OUT where the new files are written before the commit."""
-
-    def __init__(self, out: Path, source: str | None) -> None:
-        self.out = out
-        self.directory = out.parent
-        self.source = source  # resolved path the model was loaded from, if known
-        self.path = Path(
-            os.path.realpath(self.directory / f".{out.name}.{secrets.token_hex(4)}.tmp")
-        )
-        self.graph = self.path / out.name
-        self.preferred = f"{out.name}.data"
-
-    def data_name(self, model: ir.Model) -> str:
-        """``OUT.data`` unless the model reads it or the existing OUT may use it."""
-        preferred = self.directory / self.preferred
-        taken = Path(os.path.realpath(preferred)) in data_files(model) or (
-            preferred.exists() and self.out.exists()
-        )
-        return self._fresh_name() if taken else self.preferred
-
-    def _fresh_name(self) -> str:
-        while True:
-            name = f"{self.out.name}.{secrets.token_hex(4)}.data"
-            if not (self.directory / name).exists():
-                return name
-
-    def write_graph(self, proto: onnx.ModelProto) -> None:
-        try:
-            data = proto.SerializeToString()
-        except ValueError as error:  # protobuf's 2 GB limit
-            raise ValueError(f"cannot serialize the model: {_one_line(error)}") from None
-        with open(self.graph, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-
-    def copy_range(self, source: Path, end: int, name: str) -> None:
-        """Copy bytes [0, end) of ``source`` to the staged data file ``name``."""
-        target = self.path / name
-        with open(source, "rb") as src, open(target, "wb") as dst:
-            info = os.fstat(src.fileno())
-            if not stat.S_ISREG(info.st_mode) or info.st_size < end:
-                raise OSError(f"'{source}' changed while it was being read")
-            if not (info.st_size == end and _reflink(src, dst)):
-                _bounded_copy(src, dst, end)
-            dst.flush()
-            os.fsync(dst.fileno())
-
-    def sync(self, name: str) -> None:
-        fd = os.open(self.path / name, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def commit(self, data_name: str | None, keep: set[str]) -> None:
-        """Move the staged data file (if any) and then the graph into place."""
-        with _directory_lock(self.directory) as locked:
-            taken = self.out.exists() and (self.directory / self.preferred).exists()
-            if data_name == self.preferred and taken:  # another writer took the name
-                new_name = self._fresh_name()
-                _relocate(self.graph, data_name, new_name)
-                os.replace(self.path / data_name, self.path / new_name)
-                data_name = new_name
-            if data_name is not None:
-                os.replace(self.path / data_name, self.directory / data_name)
-                keep = keep | {data_name}
-            os.replace(self.graph, self.out)
-            _sync_directory(self.directory)
-            if locked:
-                self._remove_stale(keep)
-
-    def _remove_stale(self, keep: set[str]) -> None:
-        """Remove data files named after OUT that the new OUT does not use."""
-        pattern = re.compile(re.escape(self.out.name) + r"(\.[0-9a-f]{8})?\.data")
-        for entry in os.scandir(self.directory):
-            if pattern.fullmatch(entry.name) and entry.name not in keep:
-                logger.debug("removing %s, which the old %s used", entry.name, self.out.name)
-                with contextlib.suppress(OSError):
-                    os.unlink(entry.path)
-
-    def cleanup(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _directory_lock(directory: Path) -> Iterator[bool]:
-    """An exclusive flock on the directory (serializes writers); False where unsupported."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        yield False
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield True
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def _sync_directory(directory: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-_FICLONE = 0x40049409  # Linux ioctl: share the extents of another file (btrfs, xfs)
-
-
-def _reflink(src: object, dst: object) -> bool:
-    try:
-        import fcntl
-
-        fcntl.ioctl(dst.fileno(), _FICLONE, src.fileno())  # type: ignore[attr-defined]
-    except (ImportError, OSError):
-        return False
-    return True
-
-
-def _bounded_copy(src: object, dst: object, count: int) -> None:
-    """Copy exactly ``count`` bytes from the start of ``src``; never read past them."""
-    src_fd, dst_fd = src.fileno(), dst.fileno()  # type: ignore[attr-defined]
-    offset = 0
-    copy_range = getattr(os, "copy_file_range", None)
-    while offset < count:
-        size = min(_COPY_CHUNK, count - offset)
-        done = 0
-        if copy_range is not None:
-            try:
-                done = copy_range(src_fd, dst_fd, size, offset, offset)
-            except OSError:
-                copy_range = None
-        if not done:
-            chunk = os.pread(src_fd, size, offset)
-            if not chunk:
-                raise OSError("the data file ended before its declared range")
-            os.pwrite(dst_fd, chunk, offset)
-            done = len(chunk)
-        offset += done
-
-
-def _relocate(graph_path: Path, old: str, new: str) -> None:
-    """Point the saved graph's external references to data file ``old`` at ``new``."""
-    proto = onnx.load(graph_path, load_external_data=False)
-    for graph in iter_graphs(proto.graph):
-        for tensor in graph.initializer:
-            for entry in tensor.external_data:
-                if entry.key == "location" and entry.value == old:
-                    entry.value = new
-    with open(graph_path, "wb") as file:
-        file.write(proto.SerializeToString())
-        file.flush()
-        os.fsync(file.fileno())
 
 
 # -- saving -------------------------------------------------------------------------
@@ -452,7 +297,7 @@ def _write(
         logger.debug("saving %s; its data file %s is kept as it is", out, source.name)
         stage.write_graph(_serialize_pointing_at(model, None))
         return None, keep | {source.name}
-    name = stage.data_name(model)
+    name = stage.data_name(read)
     if source is not None:
         end = max(
             (t.offset or 0) + t.nbytes
@@ -468,3 +313,108 @@ def _write(
     stage.sync(name)
     stage.sync(out.name)
     return name, keep
+
+
+# -- the graph proto alone (the plain lowering's fast path) ------------------------------
+
+
+def _external_location(tensor: onnx.TensorProto) -> str | None:
+    for entry in tensor.external_data:
+        if entry.key == "location":
+            return entry.value
+    return None
+
+
+def _nbytes(tensor: onnx.TensorProto) -> float:
+    """The tensor's data bytes, as ``ir.TensorProtocol.nbytes`` counts them."""
+    try:
+        itemsize = ir.DataType(tensor.data_type).itemsize
+    except ValueError:
+        return tensor.ByteSize()
+    if tensor.data_type == onnx.TensorProto.STRING:
+        return tensor.ByteSize()
+    return math.prod(tensor.dims) * itemsize
+
+
+def proto_source_file(
+    proto: onnx.ModelProto,
+    model_path: str | os.PathLike[str],
+    *,
+    external_data: bool | None = None,
+    weights: WeightsMode = "copy_file",
+) -> Path | Literal[False] | None:
+    """How :func:`save_proto` would save ``proto`` as :func:`save_model` saves its IR.
+
+    The one data file to copy (a plain file inside the model's directory), None when the
+    model has no external data and stays inline, False when only :func:`save_model` can
+    save it (several data files, large inline weights, ``weights`` other than copy_file, a
+    location that is absolute, leaves the directory or is a link).
+    """
+    if weights != "copy_file":
+        return False
+    tensors = [t for g in iter_graphs(proto.graph) for t in g.initializer]
+    external = [t for t in tensors if t.data_location == onnx.TensorProto.EXTERNAL]
+    if not external:
+        inline = sum(t.ByteSize() for t in tensors)
+        if external_data or (external_data is None and inline > _INLINE_WEIGHTS_LIMIT):
+            return False
+        return None
+    large_inline = any(
+        _nbytes(t) > _INLINE_TENSOR_LIMIT
+        for t in tensors
+        if t.data_location != onnx.TensorProto.EXTERNAL
+    )
+    if external_data is False or large_inline:
+        return False
+    locations = {_external_location(t) for t in external}
+    if len(locations) != 1:
+        return False
+    (location,) = locations
+    if not location or Path(location).is_absolute() or ".." in Path(location).parts:
+        return False
+    directory = Path(model_path).parent
+    source = directory / location
+    if source.is_symlink() or not source.is_file():
+        return False
+    if source.resolve().parent != directory.resolve():
+        return False
+    return source
+
+
+def save_proto(proto: onnx.ModelProto, out: str | os.PathLike[str], source: Path | None) -> None:
+    """Write ``proto`` to ``out`` atomically, as :func:`save_model` does; its external data
+    (``source``, see :func:`proto_source_file`) copied up to its last declared tensor."""
+    target = Path(os.path.abspath(out))
+    if target.is_dir():
+        raise IsADirectoryError(f"output '{out}' is a directory")
+    read = set() if source is None else {Path(os.path.realpath(source))}
+    if Path(os.path.realpath(target)) in read:
+        raise ValueError(
+            f"refusing to write '{out}': the input's weights are read from that file; "
+            "choose another output path"
+        )
+    stage = _Stage(target, None)
+    os.mkdir(stage.path)
+    try:
+        if source is None:
+            stage.write_graph(proto)
+            stage.commit(None, set())
+            return
+        real = Path(os.path.realpath(source))
+        keep = {real.name} if real.parent == stage.directory else set()
+        if real.parent == stage.directory and real.name == stage.preferred:
+            stage.write_graph(proto)  # the data file already is this output's
+            stage.commit(None, keep)
+            return
+        name = stage.data_name(read)
+        end = check_external_data(proto, real.parent, os.fspath(source))[real]
+        stage.copy_range(real, end, name)
+        for graph in iter_graphs(proto.graph):
+            for tensor in graph.initializer:
+                for entry in tensor.external_data:
+                    if entry.key == "location":
+                        entry.value = name
+        stage.write_graph(proto)
+        stage.commit(name, keep)
+    finally:
+        stage.cleanup()
