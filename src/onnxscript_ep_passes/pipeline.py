@@ -1,21 +1,29 @@
-"""An onnxscript optimize() pipeline with the EP-aware lowering in the middle.
+"""The deployment pipeline: optimize, fuse into the EP's kernels, lower for the EP, optimize.
 
-:func:`optimize_for_ep` runs, in order:
+:func:`optimize_for_ep` (and :class:`OptimizeForEpPass`, which keeps what each step did)
+runs, in order:
 
-1. onnxscript's optimizer (constant folding, dead-code removal, ...) and its ONNX fusions;
-2. :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass` (the opset best for the EP);
-3. the optimizer and the fusions again, on a copy that shares the weights: fusions that
-   only fire at the lower opset (onnxscript fuses RMSNormalization, RotaryEmbedding and
-   GQA only at opset 23) are recovered. The copy replaces the model only when the
-   predicted placement on the EP is no worse (fallback nodes, then Memcpy nodes), so a
-   fusion into an op the EP cannot run is never kept.
+1. onnxscript's optimizer (constant folding, dead-code removal, ...);
+2. :class:`~onnxscript_ep_passes.fusion.FuseForEpPass`: ORT's fused kernels
+   (GroupQueryAttention, SkipSimplifiedLayerNormalization, ...) where the EP's kernel
+   table has them, each verified by running the model; before the lowering, so that the
+   lowering's legalization does not expand an op (ai.onnx Attention) a fusion replaces;
+3. :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass` (the opset best for the EP);
+4. the optimizer and onnxscript's ONNX fusions again, on a copy that shares the weights:
+   fusions that only fire at the lower opset (onnxscript fuses RMSNormalization,
+   RotaryEmbedding and GQA only at opset 23) are recovered. The copy replaces the model
+   only when the predicted placement on the EP is no worse (fallback nodes, then Memcpy
+   nodes), so a fusion into an op the EP cannot run is never kept. When the lowering
+   changes nothing, only the optimizer runs (it folds the Transpose/Reshape pairs step 2
+   leaves around the fused attention).
 
-:data:`ep_pass_list` gives the same passes as a list, to append to one's own pipeline.
+For the CPU EP only step 1 runs. ``fuse=False`` skips step 2. :data:`ep_pass_list` gives
+steps 1, 3 and 4 as a list, to append to one's own pipeline.
 """
 
 from __future__ import annotations
 
-__all__ = ["ep_pass_list", "optimize_for_ep"]
+__all__ = ["OptimizeForEpPass", "ep_pass_list", "optimize_for_ep"]
 
 import logging
 
@@ -25,9 +33,18 @@ from onnxscript.rewriter import onnx_fusions
 
 from onnxscript_ep_passes.ep.kernel_table import KernelTable, canonical_ep_name, get_table
 from onnxscript_ep_passes.ep.placement import predict_placement
+from onnxscript_ep_passes.fusion.fuse_for_ep import FuseForEpPass, FusionRecord
 from onnxscript_ep_passes.passes.lower_for_ep import CPU_EPS, LowerOpsetForEpPass
 
 logger = logging.getLogger(__name__)
+
+
+class _Optimize(ir.passes.InPlacePass):
+    """onnxscript's optimizer."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        optimize(model)
+        return ir.passes.PassResult(model, modified=True)
 
 
 class _OptimizeAndFuse(ir.passes.InPlacePass):
@@ -47,13 +64,79 @@ def ep_pass_list(
 ) -> list[ir.passes.PassBase]:
     """Optimize, lower for ``ep``, optimize again: for ``ir.passes.PassManager``.
 
-    Unlike :func:`optimize_for_ep`, the second optimization is always kept.
+    Unlike :func:`optimize_for_ep`, the second optimization is always kept and nothing is
+    fused into com.microsoft kernels.
     """
     return [
         _OptimizeAndFuse(),
         LowerOpsetForEpPass(ep, ort_version, target_opset),
         _OptimizeAndFuse(),
     ]
+
+
+class OptimizeForEpPass(ir.passes.InPlacePass):
+    """The pipeline of the module docstring; :attr:`fusions` holds what step 2 did.
+
+    Args:
+        ep, ort_version, target_opset, legalize: As for
+            :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass`.
+        table: A kernel table to use instead of looking one up.
+        fuse: Run step 2.
+        max_length: Longest past + current sequence a fused attention must support.
+    """
+
+    def __init__(
+        self,
+        ep: str,
+        ort_version: str | None = None,
+        target_opset: int | None = None,
+        *,
+        table: KernelTable | None = None,
+        legalize: bool = True,
+        fuse: bool = True,
+        max_length: int = 4096,
+    ) -> None:
+        self.ep = canonical_ep_name(ep)
+        self.ort_version = ort_version
+        self.target_opset = target_opset
+        self.table = table
+        self.legalize = legalize
+        self.fuse = fuse
+        self.max_length = max_length
+        self.fusions: list[FusionRecord] = []
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        _Optimize()(model)
+        if self.ep in CPU_EPS:
+            return ir.passes.PassResult(model, modified=True)
+        table = self.table or get_table(self.ep, self.ort_version)
+        if self.fuse:
+            fusing = FuseForEpPass(self.ep, table=table, max_length=self.max_length)
+            fusing(model)
+            self.fusions = fusing.records
+        lowering = LowerOpsetForEpPass(
+            self.ep, self.ort_version, self.target_opset, table=table, legalize=self.legalize
+        )
+        if not lowering(model).modified:
+            _Optimize()(model)
+            return ir.passes.PassResult(model, modified=True)
+        candidate = model.clone()
+        _OptimizeAndFuse()(candidate)
+        before, after = predict_placement(model, table), predict_placement(candidate, table)
+        score_before = (len(before.fallback_nodes), before.memcpy)
+        score_after = (len(after.fallback_nodes), after.memcpy)
+        if score_after <= score_before:
+            model.graph = candidate.graph
+            model.functions.clear()
+            model.functions.update(candidate.functions)
+        else:
+            logger.info(
+                "kept the unfused model: fusing would give %s fallback/Memcpy instead of %s on %s",
+                score_after,
+                score_before,
+                self.ep,
+            )
+        return ir.passes.PassResult(model, modified=True)
 
 
 def optimize_for_ep(
@@ -63,30 +146,18 @@ def optimize_for_ep(
     ort_version: str | None = None,
     target_opset: int | None = None,
     table: KernelTable | None = None,
+    legalize: bool = True,
+    fuse: bool = True,
+    max_length: int = 4096,
 ) -> ir.Model:
     """Optimize ``model`` for ``ep`` in place (see module docstring) and return it."""
-    _OptimizeAndFuse()(model)
-    canonical = canonical_ep_name(ep)
-    if canonical in CPU_EPS:
-        return model
-    table = table or get_table(canonical, ort_version)
-    lowering = LowerOpsetForEpPass(canonical, ort_version, target_opset, table=table)
-    if not lowering(model).modified:
-        return model
-    candidate = model.clone()
-    _OptimizeAndFuse()(candidate)
-    before, after = predict_placement(model, table), predict_placement(candidate, table)
-    score_before = (len(before.fallback_nodes), before.memcpy)
-    score_after = (len(after.fallback_nodes), after.memcpy)
-    if score_after <= score_before:
-        model.graph = candidate.graph
-        model.functions.clear()
-        model.functions.update(candidate.functions)
-    else:
-        logger.info(
-            "kept the unfused model: fusing would give %s fallback/Memcpy instead of %s on %s",
-            score_after,
-            score_before,
-            canonical,
-        )
+    OptimizeForEpPass(
+        ep,
+        ort_version,
+        target_opset,
+        table=table,
+        legalize=legalize,
+        fuse=fuse,
+        max_length=max_length,
+    )(model)
     return model
