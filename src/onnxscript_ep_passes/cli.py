@@ -3,6 +3,9 @@
 - ``lower IN -o OUT --target-opset N``: lower exactly to opset N.
 - ``lower IN -o OUT --ep NAME [--ort-version V] [--no-legalize]``: lower to the opset
   best for that EP, expanding nodes it cannot run at any opset when that helps.
+- ``optimize IN -o OUT --ep NAME [--report-json FILE]``: the deployment pipeline
+  (:mod:`~onnxscript_ep_passes.pipeline`): optimize, fuse into ORT kernels the EP has
+  (each fusion verified), lower for the EP, optimize again.
 - ``report IN --ep NAME [--ort-version V] [--json]``: per op type, nodes on the EP and on
   CPU (with reasons) before and after the chosen lowering, and predicted Memcpy counts.
 
@@ -21,6 +24,7 @@ import json
 import logging
 import sys
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import onnx_ir as ir
 
@@ -67,6 +71,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="copy_file: copy the input's data file whole (fast; weights are never changed); "
         "rewrite: write each used tensor anew",
     )
+    _add_optimize_parser(commands)
     report = commands.add_parser("report", help="predicted placement on an EP, before/after")
     report.add_argument("model", help="input .onnx file")
     report.add_argument("--ep", required=True, help="webgpu, cuda, dml, or an ORT EP name")
@@ -77,6 +82,26 @@ def _build_parser() -> argparse.ArgumentParser:
         "--no-legalize", action="store_true", help="only choose the opset; expand nothing"
     )
     return parser
+
+
+def _add_optimize_parser(commands: Any) -> None:
+    optimize = commands.add_parser(
+        "optimize", help="optimize, fuse into the EP's kernels, lower for the EP, optimize"
+    )
+    optimize.add_argument("model", help="input .onnx file")
+    optimize.add_argument("-o", "--output", required=True, help="output .onnx file")
+    optimize.add_argument("--ep", required=True, help="webgpu, cuda, dml, or an ORT EP name")
+    optimize.add_argument("--ort-version", help="the ORT release the model will run on")
+    optimize.add_argument("--target-opset", type=int, help="lower to this opset, not the best")
+    optimize.add_argument("--no-legalize", action="store_true", help="never expand nodes")
+    optimize.add_argument("--no-fuse", action="store_true", help="no com.microsoft fusions")
+    optimize.add_argument(
+        "--max-length",
+        type=int,
+        default=4096,
+        help="longest past + current sequence a fused attention must support (default 4096)",
+    )
+    optimize.add_argument("--report-json", help="write the fusions done (JSON) to this file")
 
 
 def _configure_logging(verbose: int, quiet: bool) -> None:
@@ -103,6 +128,33 @@ def _lower(args: argparse.Namespace) -> int:
         return EXIT_REFUSED
     external = {"auto": None, "always": True, "never": False}[args.external_data]
     save_model(model, args.output, external_data=external, weights=args.weights)
+    logger.info("wrote %s", args.output)
+    return 0
+
+
+def _optimize(args: argparse.Namespace) -> int:
+    from onnxscript_ep_passes.pipeline import OptimizeForEpPass
+
+    model = load_model(args.model)
+    pipeline = OptimizeForEpPass(
+        args.ep,
+        args.ort_version,
+        args.target_opset,
+        legalize=not args.no_legalize,
+        fuse=not args.no_fuse,
+        max_length=args.max_length,
+    )
+    try:
+        pipeline(model)
+    except DowngradeError as error:
+        sys.stderr.write(f"{error}\n")
+        return EXIT_REFUSED
+    save_model(model, args.output)
+    for record in pipeline.fusions:
+        logger.info("fusion %s", record.summary())
+    if args.report_json:
+        with open(args.report_json, "w", encoding="utf-8") as f:
+            json.dump(pipeline.report(), f, indent=1)
     logger.info("wrote %s", args.output)
     return 0
 
@@ -151,6 +203,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _lower(args)
         if args.command == "report":
             return _report(args)
+        if args.command == "optimize":
+            return _optimize(args)
     except (OSError, ValueError) as error:
         logger.error("%s", error)
         return 1

@@ -26,13 +26,14 @@ from __future__ import annotations
 __all__ = ["OptimizeForEpPass", "ep_pass_list", "optimize_for_ep"]
 
 import logging
+from typing import Any
 
 import onnx_ir as ir
 from onnxscript.optimizer import optimize
 from onnxscript.rewriter import onnx_fusions
 
 from onnxscript_ep_passes.ep.kernel_table import KernelTable, canonical_ep_name, get_table
-from onnxscript_ep_passes.ep.placement import predict_placement
+from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
 from onnxscript_ep_passes.fusion.fuse_for_ep import FuseForEpPass, FusionRecord
 from onnxscript_ep_passes.passes.lower_for_ep import CPU_EPS, LowerOpsetForEpPass
 
@@ -103,13 +104,52 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         self.legalize = legalize
         self.fuse = fuse
         self.max_length = max_length
+        self.opset: int | None = None
         self.fusions: list[FusionRecord] = []
+        self.source_opset: int | None = None
+        self.before: PlacementPrediction | None = None
+        self.after: PlacementPrediction | None = None
+
+    def report(self) -> dict[str, Any]:
+        """What the last run did: fusions and the predicted placement before and after."""
+
+        def side(p: PlacementPrediction | None) -> dict[str, int] | None:
+            if p is None:
+                return None
+            return {
+                "memcpy": p.memcpy,
+                "fallback_nodes": len(p.fallback_nodes),
+                "cpu_nodes": len(p.cpu_nodes),
+                "nodes": len(p.nodes),
+            }
+
+        table = self.table
+        return {
+            "ep": self.ep,
+            "ort_version": None if table is None else table.ort_version,
+            "table_source": None if table is None else table.source,
+            "source_opset": self.source_opset,
+            "opset": self.opset,
+            "fusions": [r.to_dict() for r in self.fusions],
+            "predicted_before": side(self.before),
+            "predicted_after": side(self.after),
+        }
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
+        self.source_opset = model.opset_imports.get("")
+        self.fusions = []
         _Optimize()(model)
         if self.ep in CPU_EPS:
+            self.opset = model.opset_imports.get("")
             return ir.passes.PassResult(model, modified=True)
-        table = self.table or get_table(self.ep, self.ort_version)
+        table = self.table = self.table or get_table(self.ep, self.ort_version)
+        self.before = predict_placement(model, table)
+        self._run(model, table)
+        self.opset = model.opset_imports.get("")
+        self.after = predict_placement(model, table)
+        return ir.passes.PassResult(model, modified=True)
+
+    def _run(self, model: ir.Model, table: KernelTable) -> None:
         if self.fuse:
             fusing = FuseForEpPass(self.ep, table=table, max_length=self.max_length)
             fusing(model)
@@ -119,16 +159,17 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         )
         if not lowering(model).modified:
             _Optimize()(model)
-            return ir.passes.PassResult(model, modified=True)
+            return
         candidate = model.clone()
         _OptimizeAndFuse()(candidate)
         before, after = predict_placement(model, table), predict_placement(candidate, table)
         score_before = (len(before.fallback_nodes), before.memcpy)
         score_after = (len(after.fallback_nodes), after.memcpy)
         if score_after <= score_before:
+            functions = dict(candidate.functions)
             model.graph = candidate.graph
             model.functions.clear()
-            model.functions.update(candidate.functions)
+            model.functions.update(functions)
         else:
             logger.info(
                 "kept the unfused model: fusing would give %s fallback/Memcpy instead of %s on %s",
@@ -136,7 +177,6 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
                 score_before,
                 self.ep,
             )
-        return ir.passes.PassResult(model, modified=True)
 
 
 def optimize_for_ep(

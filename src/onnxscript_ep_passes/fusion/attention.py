@@ -24,10 +24,11 @@ Conditions (proved from the graph, or refused):
   check on samples, not a symbolic proof; GroupQueryAttention then derives
   ``seqlens_k = sum(attention_mask) - 1``, which equals that mask for masks of ones and
   for right padding on the valid tokens (left padding or holes: not equal, as in GenAI).
-- **rotary**: matched structurally (non-interleaved ``rotate_half``, full head size), the
-  same cos/sin for q and k, and cos/sin evaluated as functions of position only: at
-  ``max_length`` tokens they give the caches (their two halves equal), and with a past
-  they equal the cache rows ``past + i``. The caches become initializers
+- **rotary**: matched structurally (non-interleaved ``rotate_half`` at opsets 24+, or
+  ai.onnx ``RotaryEmbedding-23`` without position_ids; full head size), the same cos/sin
+  for q and k, and cos/sin evaluated as functions of position only: at ``max_length``
+  tokens they give the caches (for ``rotate_half``, their two halves equal), and with a
+  past they equal the cache rows ``past + i``. The caches become initializers
   (``max_length x head_size/2``): sequences longer than ``max_length`` fail at run time.
   Without a matched rotary the fused node gets the rotated q/k (``do_rotary=0``).
 """
@@ -117,6 +118,23 @@ def _rotate_half_of(rotated: ir.Value, x: ir.Value, head: int) -> bool:
     )
 
 
+def _match_onnx_rope(value: ir.Value, head: int) -> tuple[ir.Value, ir.Value, ir.Value] | None:
+    """``(x, cos, sin)`` when ``value = RotaryEmbedding-23(x, cos, sin)`` (4-D, full, plain)."""
+    node = value.producer()
+    if node is None or node.op_type != "RotaryEmbedding" or node.domain not in ("", "ai.onnx"):
+        return None
+    x, cos, sin = (list(node.inputs) + [None] * 3)[:3]
+    if x is None or cos is None or sin is None or any(v is not None for v in node.inputs[3:]):
+        return None
+    if node.attributes.get_int("interleaved", 0) != 0:
+        return None
+    if node.attributes.get_int("rotary_embedding_dim", 0) not in (0, head):
+        return None
+    if x.shape is None or len(x.shape) != 4:
+        return None
+    return x, cos, sin
+
+
 def _match_rope(value: ir.Value, head: int) -> tuple[ir.Value, ir.Value, ir.Value] | None:
     """``(x, cos, sin)`` when ``value = x*cos + rotate_half(x)*sin``."""
     try:
@@ -187,6 +205,7 @@ class _Match:
     present_key: ir.Value | None  # the Concat outputs replaced by GQA's present outputs
     present_value: ir.Value | None
     rotary: tuple[ir.Value, ir.Value] | None
+    rotary_halves: bool  # cos/sin are (.., head) with equal halves, not (.., head/2)
     q_rotated: ir.Value  # the Attention's own q/k (rotary applied), for do_rotary=0
     k_rotated: ir.Value
     heads: int
@@ -216,12 +235,13 @@ def _match(node: ir.Node, graph: ir.Graph) -> _Match:
     past_value, v_new = _split_cache(v_all, graph)
     if (past_key is None) != (past_value is None):
         raise _RefusedError("KV cache on only one of key/value")
-    rope_q, rope_k = _match_rope(q_in, head), _match_rope(k_new, head)
-    rotary = None
+    rotary, halves = None, True
     q, k = q_in, k_new
-    if rope_q and rope_k and rope_q[1:] == rope_k[1:]:
-        q, k = rope_q[0], rope_k[0]
-        rotary = (rope_q[1], rope_q[2])
+    for matcher, full_width in ((_match_rope, True), (_match_onnx_rope, False)):
+        rope_q, rope_k = matcher(q_in, head), matcher(k_new, head)
+        if rope_q and rope_k and rope_q[1:] == rope_k[1:]:
+            q, k = rope_q[0], rope_k[0]
+            rotary, halves = (rope_q[1], rope_q[2]), full_width
     scale = node.attributes.get_float("scale", 1.0 / float(np.sqrt(head)))
     return _Match(
         node=node,
@@ -233,6 +253,7 @@ def _match(node: ir.Node, graph: ir.Graph) -> _Match:
         present_key=k_all if past_key is not None else None,
         present_value=v_all if past_key is not None else None,
         rotary=rotary,
+        rotary_halves=halves,
         q_rotated=q_in,
         k_rotated=k_new,
         heads=heads,
@@ -302,28 +323,31 @@ def _rotary_caches(
     head, half = match.head_size, match.head_size // 2
 
     def rows(sizes: Sizes) -> list[np.ndarray]:
+        """cos and sin as (batch, seq, head/2)."""
         feeds = generate_feeds(model.graph.inputs, sizes)
         try:
             values = evaluate_values(model, list(match.rotary or ()), feeds)
         except Exception as error:
             raise _RefusedError(f"cos/sin cannot be evaluated: {error}") from error
-        shape = (sizes.batch, 1, sizes.seq, head)
-        try:
-            return [np.broadcast_to(v, shape) for v in values]
-        except ValueError as error:
-            raise _RefusedError("cos/sin shape is not (B, 1, S, head)") from error
+        out = []
+        for value in values:
+            try:
+                if match.rotary_halves:
+                    full = np.broadcast_to(value, (sizes.batch, 1, sizes.seq, head))[:, 0]
+                    if not np.array_equal(full[..., :half], full[..., half:]):
+                        raise _RefusedError("cos/sin halves differ (not rotate_half RoPE)")
+                    out.append(full[..., :half])
+                else:
+                    out.append(np.broadcast_to(value, (sizes.batch, sizes.seq, half)))
+            except ValueError as error:
+                raise _RefusedError(f"cos/sin shape {value.shape} at {sizes}") from error
+        return out
 
-    full = rows(Sizes(1, max_length, 0))
-    caches = []
-    for table in full:
-        table = table[0, 0]
-        if not np.array_equal(table[:, :half], table[:, half:]):
-            raise _RefusedError("cos/sin halves differ (not rotate_half RoPE)")
-        caches.append(np.ascontiguousarray(table[:, :half]))
+    caches = [np.ascontiguousarray(table[0]) for table in rows(Sizes(1, max_length, 0))]
     check = Sizes(2, 3, 4) if match.past_key is not None else Sizes(2, 5, 0)
     for value, cache in zip(rows(check), caches):
         expected = cache[check.past : check.past + check.seq]
-        if not np.allclose(value[:, 0, :, :half], expected[None], rtol=0, atol=1e-6):
+        if not np.allclose(value, expected[None], rtol=0, atol=1e-6):
             raise _RefusedError("cos/sin are not a function of past + position")
     return caches[0], caches[1]
 

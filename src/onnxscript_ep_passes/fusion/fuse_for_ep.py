@@ -104,6 +104,13 @@ class FusionRecord:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def summary(self) -> str:
+        """One line: ``pattern: N x op, max diff D (kept)`` or why it was not kept."""
+        head = f"{self.pattern}: {self.count} x {self.op}"
+        if self.kept:
+            return f"{head}, max difference {self.max_abs_diff:.3g} (kernel {self.kernel})"
+        return f"{head}, not applied: {self.reason}"
+
 
 def _float_type(model: ir.Model) -> str:
     for value in model.graph.outputs:
