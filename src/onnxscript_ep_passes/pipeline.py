@@ -4,12 +4,15 @@
 runs, in order:
 
 1. onnxscript's optimizer (constant folding, dead-code removal, ...);
-2. :class:`~onnxscript_ep_passes.fusion.FuseForEpPass`: ORT's fused kernels
-   (GroupQueryAttention, SkipSimplifiedLayerNormalization, ...) where the EP's kernel
-   table has them, each verified by running the model; before the lowering, so that the
-   lowering's legalization does not expand an op (ai.onnx Attention) a fusion replaces;
+2. :class:`~onnxscript_ep_passes.fusion.FuseForEpPass` with the attention fusions
+   (GroupQueryAttention) where the EP's kernel table has the fused op, each verified by
+   running the model; before the lowering, so that the lowering's legalization does not
+   expand the ai.onnx Attention the fusion replaces;
 3. :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass` (the opset best for the EP);
-4. the optimizer and onnxscript's ONNX fusions again, on a copy that shares the weights:
+4. the normalization fusions (SimplifiedLayerNormalization,
+   SkipSimplifiedLayerNormalization), gated and verified the same way; after the lowering,
+   which refuses ops without an ONNX schema in the ONNX domain;
+5. the optimizer and onnxscript's ONNX fusions again, on a copy that shares the weights:
    fusions that only fire at the lower opset (onnxscript fuses RMSNormalization,
    RotaryEmbedding and GQA only at opset 23) are recovered. The copy replaces the model
    only when the predicted placement on the EP is no worse (fallback nodes, then Memcpy
@@ -17,8 +20,8 @@ runs, in order:
    changes nothing, only the optimizer runs (it folds the Transpose/Reshape pairs step 2
    leaves around the fused attention).
 
-For the CPU EP only step 1 runs. ``fuse=False`` skips step 2. :data:`ep_pass_list` gives
-steps 1, 3 and 4 as a list, to append to one's own pipeline.
+For the CPU EP only step 1 runs. ``fuse=False`` skips steps 2 and 4. :data:`ep_pass_list`
+gives steps 1, 3 and 5 as a list, to append to one's own pipeline.
 """
 
 from __future__ import annotations
@@ -34,7 +37,13 @@ from onnxscript.rewriter import onnx_fusions
 
 from onnxscript_ep_passes.ep.kernel_table import KernelTable, canonical_ep_name, get_table
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
-from onnxscript_ep_passes.fusion.fuse_for_ep import FuseForEpPass, FusionRecord
+from onnxscript_ep_passes.fusion.fuse_for_ep import (
+    ATTENTION_FUSIONS,
+    NORM_FUSIONS,
+    FuseForEpPass,
+    FusionRecord,
+    FusionSpec,
+)
 from onnxscript_ep_passes.passes.lower_for_ep import CPU_EPS, LowerOpsetForEpPass
 
 logger = logging.getLogger(__name__)
@@ -76,7 +85,7 @@ def ep_pass_list(
 
 
 class OptimizeForEpPass(ir.passes.InPlacePass):
-    """The pipeline of the module docstring; :attr:`fusions` holds what step 2 did.
+    """The pipeline of the module docstring; :attr:`fusions` holds what steps 2 and 4 did.
 
     Args:
         ep, ort_version, target_opset, legalize: As for
@@ -149,15 +158,22 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         self.after = predict_placement(model, table)
         return ir.passes.PassResult(model, modified=True)
 
-    def _run(self, model: ir.Model, table: KernelTable) -> None:
+    def _fuse(self, model: ir.Model, table: KernelTable, fusions: tuple[FusionSpec, ...]) -> None:
         if self.fuse:
-            fusing = FuseForEpPass(self.ep, table=table, max_length=self.max_length)
+            fusing = FuseForEpPass(
+                self.ep, table=table, max_length=self.max_length, fusions=fusions
+            )
             fusing(model)
-            self.fusions = fusing.records
+            self.fusions.extend(fusing.records)
+
+    def _run(self, model: ir.Model, table: KernelTable) -> None:
+        self._fuse(model, table, ATTENTION_FUSIONS)
         lowering = LowerOpsetForEpPass(
             self.ep, self.ort_version, self.target_opset, table=table, legalize=self.legalize
         )
-        if not lowering(model).modified:
+        lowered = lowering(model).modified
+        self._fuse(model, table, NORM_FUSIONS)
+        if not lowered:
             _Optimize()(model)
             return
         candidate = model.clone()

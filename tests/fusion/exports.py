@@ -75,7 +75,9 @@ def _export(kind: str, opset: int, kv: bool) -> bytes:
                 past_key_values=cache,
                 use_cache=True,
             )
-            present = [t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)]
+            present = [
+                t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)
+            ]
             return (out.logits, *present)
 
     past_len, seq = (3, 5) if kv else (0, 8)
@@ -88,7 +90,11 @@ def _export(kind: str, opset: int, kv: bool) -> bytes:
     if kv:
         total_dim = torch.export.Dim("total", min=2, max=128)
         past_dim = torch.export.Dim("past", min=1, max=64)
-        shapes: tuple[Any, ...] = ({1: seq_dim}, {1: total_dim}, tuple([{2: past_dim}] * (2 * LAYERS)))
+        shapes: tuple[Any, ...] = (
+            {1: seq_dim},
+            {1: total_dim},
+            tuple([{2: past_dim}] * (2 * LAYERS)),
+        )
         for i in range(LAYERS):
             names += [f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
             outputs += [f"present.{i}.key", f"present.{i}.value"]

@@ -300,10 +300,15 @@ def _prove_mask(model: ir.Model, match: _Match) -> None:
                 (value,) = evaluate_values(model, [mask], feeds)
             except Exception as error:
                 raise _RefusedError(f"mask cannot be evaluated: {error}") from error
-            i = np.arange(sizes.seq)[:, None]
-            j = np.arange(sizes.total)[None, :]
-            expected = (j <= sizes.past + i)[None, None]
+            if value.ndim != 4:
+                raise _RefusedError(f"mask of rank {value.ndim}")
+            seq, total = value.shape[-2:]  # the model's own sizes where they are static
+            i = np.arange(seq)[:, None]
+            j = np.arange(total)[None, :]
+            expected = (j <= total - seq + i)[None, None]
             if am is not None:
+                if am.shape[-1] != total:
+                    raise _RefusedError(f"attention_mask covers {am.shape[-1]}, not {total} keys")
                 expected = expected & (am[:, None, None, :] != 0)
             actual = _allowed(value)
             try:
@@ -399,6 +404,9 @@ class _Builder:
                 "Cast", [add("Expand", [add("Sub", [total64, one]), batch])], to=ir.DataType.INT32
             )
         total = add("Cast", [add("Squeeze", [total64])], to=ir.DataType.INT32)
+        for node in nodes:  # types for the lowering's checks (no shape inference for GQA)
+            cast_to = node.attributes.get_int("to", ir.DataType.INT64)
+            node.outputs[0].dtype = ir.DataType(cast_to)
         self._insert(anchor, nodes)
         self.lengths = (seqlens, total)
         return self.lengths
@@ -454,6 +462,15 @@ class _Builder:
         shape = self.const("bshd", np.array([0, 0, match.heads, match.head_size], np.int64))
         bshd = add("Reshape", [gqa.outputs[0], shape]).outputs[0]
         bhsd = add("Transpose", [bshd], perm=[0, 2, 1, 3]).outputs[0]
+        dtype = match.q.dtype
+        for node in nodes:  # types for the lowering's checks (no shape inference for GQA)
+            for output in node.outputs:
+                if dtype is not None:
+                    output.dtype = dtype
+        bhsd.shape = anchor.outputs[0].shape
+        if match.present_key is not None and match.present_value is not None:
+            gqa.outputs[1].shape = match.present_key.shape
+            gqa.outputs[2].shape = match.present_value.shape
         self._insert(anchor, nodes)
         _replace(anchor.outputs[0], bhsd)
         if match.present_key is not None and match.present_value is not None:

@@ -20,7 +20,15 @@ kept and why not. Tolerances (fp32 models) are documented in docs/ep.md.
 
 from __future__ import annotations
 
-__all__ = ["FUSIONS", "VERIFY_SIZES", "FuseForEpPass", "FusionRecord", "FusionSpec"]
+__all__ = [
+    "ATTENTION_FUSIONS",
+    "FUSIONS",
+    "NORM_FUSIONS",
+    "VERIFY_SIZES",
+    "FuseForEpPass",
+    "FusionRecord",
+    "FusionSpec",
+]
 
 import dataclasses
 import functools
@@ -70,7 +78,7 @@ def _gqa(model: ir.Model, max_length: int) -> tuple[int, dict[str, str]]:
     return result.fused, {**result.refused, **notes}
 
 
-FUSIONS: tuple[FusionSpec, ...] = (
+NORM_FUSIONS: tuple[FusionSpec, ...] = (
     FusionSpec(
         "rms_normalization_23", "", "SimplifiedLayerNormalization", _simple(rms_to_simplified), 1e-4
     ),
@@ -82,9 +90,19 @@ FUSIONS: tuple[FusionSpec, ...] = (
         _simple(fuse_skip_rms),
         1e-4,
     ),
+)
+"""RMS normalization fusions, in order (the skip fusion matches the others' output). They
+create ``SimplifiedLayerNormalization`` in the ONNX domain, which has no ONNX schema: the
+pipeline runs them after the lowering."""
+
+ATTENTION_FUSIONS: tuple[FusionSpec, ...] = (
     FusionSpec("group_query_attention", "com.microsoft", "GroupQueryAttention", _gqa, 1e-3),
 )
-"""The fusions, in the order they are tried (later ones match the earlier ones' output)."""
+"""Attention fusions: run before the lowering, whose legalization would otherwise expand
+ai.onnx Attention on an EP without an Attention kernel."""
+
+FUSIONS = NORM_FUSIONS + ATTENTION_FUSIONS
+"""Every fusion, in the order :class:`FuseForEpPass` tries them by default."""
 
 
 @dataclasses.dataclass
@@ -199,7 +217,11 @@ class FuseForEpPass(ir.passes.InPlacePass):
             candidate = model.clone()
             record.count, record.refused = spec.apply(candidate, self.max_length)
             if not record.count:
-                record.reason = "pattern not found"
+                record.reason = (
+                    "no node met the conditions (see refused)"
+                    if record.refused
+                    else "pattern not found"
+                )
                 continue
             try:
                 if reference is None:
