@@ -9,7 +9,7 @@ downloaded), exported with torch.onnx (dynamo) at a given opset: inputs ``input_
 
 from __future__ import annotations
 
-__all__ = ["KINDS", "decoder_proto"]
+__all__ = ["KINDS", "decoder_model", "decoder_proto"]
 
 import functools
 from typing import Any
@@ -21,7 +21,7 @@ KINDS = ("llama", "qwen3", "gemma3", "phi3")
 LAYERS = 2
 
 
-def _model(kind: str) -> tuple[Any, Any]:
+def decoder_model(kind: str) -> tuple[Any, Any]:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
@@ -43,7 +43,7 @@ def _model(kind: str) -> tuple[Any, Any]:
             transformers.Gemma3TextConfig,
             {"head_dim": 16},
         ),
-        "phi3": (transformers.Phi3ForCausalLM, transformers.Phi3Config, {}),
+        "phi3": (transformers.Phi3ForCausalLM, transformers.Phi3Config, {"pad_token_id": 0}),
     }
     model_class, config_class, extra = classes[kind]
     config = config_class(**common, **extra)
@@ -53,7 +53,7 @@ def _model(kind: str) -> tuple[Any, Any]:
 def _export(kind: str, opset: int, kv: bool) -> bytes:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    model, config = _model(kind)
+    model, config = decoder_model(kind)
 
     class Wrapper(torch.nn.Module):
         def __init__(self) -> None:
