@@ -31,8 +31,10 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnxscript_ep_passes.ep.kernel_table import KernelTable, canonical_ep_name, get_table
+from onnxscript_ep_passes.ep.kernel_table import KernelTable
+from onnxscript_ep_passes.ep.names import canonical_ep_name
 from onnxscript_ep_passes.ep.placement import PlacementPrediction
+from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.passes.lower_for_ep import choose_target_opset
 
 

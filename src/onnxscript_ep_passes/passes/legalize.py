@@ -22,8 +22,9 @@ rewrites such nodes, at the model's opset, when that moves work onto the EP. Rul
    by the lowering) are folded; the rest of the model is not touched. This is exact, given
    the model's declared static dimensions.
 4. **Cost decision.** An expansion is kept only when the predicted placement of the whole
-   model gets strictly better: fewer fallback nodes, or as many and fewer Memcpy nodes
-   (:func:`placement_cost`). The fallback nodes of one op type are tried together first;
+   model gets strictly cheaper under the EP cost objective
+   (:func:`~onnxscript_ep_passes.ep.cost.placement_cost`). The fallback nodes of one op
+   type are tried together first;
    when that does not pay, up to ``_MAX_SINGLE_TRIES`` of them one by one. Trials run on
    a copy of the model (sharing the weights); kept expansions are then replayed on the
    model. Kept expansions may expose new candidates (a body node that is a function op):
@@ -44,7 +45,6 @@ __all__ = [
     "LegalizeForEpPass",
     "fold_static_shapes",
     "legalize",
-    "placement_cost",
 ]
 
 import collections
@@ -61,8 +61,11 @@ import onnx.helper
 import onnx.reference
 import onnx_ir as ir
 
-from onnxscript_ep_passes.ep.kernel_table import KernelTable, canonical_ep_name, get_table
+from onnxscript_ep_passes.ep.cost import placement_cost
+from onnxscript_ep_passes.ep.kernel_table import KernelTable
+from onnxscript_ep_passes.ep.names import canonical_ep_name
 from onnxscript_ep_passes.ep.placement import NodePlacement, PlacementPrediction, predict_placement
+from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.context import NodeRefusedError
 from onnxscript_ep_passes.lowering.expansion import expand_node, function_body_version
@@ -142,11 +145,6 @@ class LegalizationResult:
     @property
     def modified(self) -> bool:
         return bool(self.expanded or self.folded)
-
-
-def placement_cost(prediction: PlacementPrediction) -> tuple[int, int]:
-    """``(fallback nodes, Memcpy nodes)``: lower is better, compared in that order."""
-    return (len(prediction.fallback_nodes), prediction.memcpy)
 
 
 # -- static shape folding --------------------------------------------------------------
@@ -343,10 +341,6 @@ def _why_refused(model: ir.Model, name: str, opset: int) -> str | None:
     return None
 
 
-def _describe(cost: tuple[int, int]) -> str:
-    return f"{cost[0]} fallback nodes, {cost[1]} Memcpy"
-
-
 def legalize(
     model: ir.Model,
     table: KernelTable,
@@ -434,8 +428,8 @@ def legalize(
             opset,
             len(expanded),
             ", ".join(f"{op} x{n}" for op, n in sorted(expanded_ops.items())),
-            _describe(placement_cost(before)),
-            _describe(placement_cost(after)),
+            placement_cost(before),
+            placement_cost(after),
         )
     return LegalizationResult(opset, decisions, expanded, folded, before, after)
 
@@ -526,14 +520,8 @@ def _try(
     done = [n for n in names if n not in failed]
     prediction = predict_placement(trial, table)
     old, new = placement_cost(current), placement_cost(prediction)
-    if new >= old:
-        return (
-            [],
-            current,
-            (
-                f"expanding it would not help: predicted {_describe(new)} instead of {_describe(old)}"
-            ),
-        )
+    if not new.improves_on(old):
+        return [], current, f"expanding it would not help: predicted {new} instead of {old}"
     again = _expand_and_fold(model, done, opset)
     assert not again, again
     return done, prediction, ""
@@ -549,7 +537,7 @@ def _decisions(
     parents: dict[str, ir.Node],
 ) -> list[LegalizationDecision]:
     expanded_set = set(expanded)
-    gain = f"predicted {_describe(placement_cost(before))} -> {_describe(placement_cost(after))}"
+    gain = f"predicted {placement_cost(before)} -> {placement_cost(after)}"
     decisions: list[LegalizationDecision] = []
     for placed in before.fallback_nodes:
         if placed.inserted_by_ort or _inlined_by_ort(placed, local_functions):

@@ -11,8 +11,8 @@ Rules the pass follows:
    could only tie, and ties go to the higher opset.
 3. For each candidate, ORT's placement is predicted from the EP's kernel table
    (:func:`~onnxscript_ep_passes.ep.placement.predict_placement`). The pass picks the
-   candidate with the fewest fallback nodes, then the fewest predicted Memcpy nodes; ties
-   go to the higher opset (fewer rewrites).
+   candidate of lowest cost (:mod:`~onnxscript_ep_passes.ep.cost`, the one objective);
+   ties go to the higher opset (fewer rewrites).
 4. An explicit ``target_opset`` overrides the choice (and is refused as usual when the
    model cannot reach it).
 5. It logs at INFO the original and chosen opset, the model name, the EP, the ORT version
@@ -22,10 +22,11 @@ Rules the pass follows:
    variant (:mod:`.legalize`): a copy of the model lowered to that opset, whose nodes built
    by the lowering have their static shape math folded, and whose remaining fallback
    nodes are expanded through their ONNX function bodies where that lowers the predicted
-   cost. All candidates, plain and legalized, compete on one key: fewer fallback nodes,
-   then fewer Memcpy nodes, then fewer of the model's nodes replaced (by the lowering's
-   rewrites and expansions, or by legalization: so a native kernel at a reachable opset
-   beats an expansion), then the higher opset, then plain before legalized. Among plain
+   cost. All candidates, plain and legalized, compete on one rank
+   (:func:`~onnxscript_ep_passes.ep.cost.candidate_rank`): the cost, then fewer of the
+   model's nodes replaced (by the lowering's rewrites and expansions, or by legalization:
+   so a native kernel at a reachable opset beats an expansion), then the higher opset,
+   then plain before legalized. Among plain
    candidates this picks what rule 3 picks (lowering further never replaces fewer nodes),
    and a node the EP runs is never expanded. A chosen legalized candidate is rebuilt on
    the model by replaying its lowering and its expansions. Each node that falls back at
@@ -44,8 +45,11 @@ import logging
 
 import onnx_ir as ir
 
-from onnxscript_ep_passes.ep.kernel_table import KernelTable, canonical_ep_name, get_table
+from onnxscript_ep_passes.ep.cost import CandidateRank, candidate_rank
+from onnxscript_ep_passes.ep.kernel_table import KernelTable
+from onnxscript_ep_passes.ep.names import canonical_ep_name
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
+from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.errors import DowngradeError
 from onnxscript_ep_passes.lowering.lower_opset import (
     MIN_TARGET_OPSET,
@@ -58,7 +62,6 @@ from onnxscript_ep_passes.passes.legalize import (
     LegalizationResult,
     _inlined_by_ort,
     _local_functions,
-    placement_cost,
 )
 from onnxscript_ep_passes.passes.legalize import (
     legalize as legalize_model,
@@ -116,17 +119,13 @@ class EpLoweringChoice:
         return self.plan.get(self.chosen_opset, ()) if self.legalized else ()
 
 
-def _score(opset: int, prediction: PlacementPrediction) -> tuple[int, int, int]:
-    return (len(prediction.fallback_nodes), prediction.memcpy, -opset)
-
-
-def _key(
+def _rank(
     opset: int, prediction: PlacementPrediction, legalized: bool, original: set[str | None]
-) -> tuple[int, ...]:
-    """Fallback, Memcpy, the model's nodes replaced, higher opset, plain before legalized."""
+) -> CandidateRank:
+    """The candidate's rank (:func:`~onnxscript_ep_passes.ep.cost.candidate_rank`)."""
     kept = {n.name for n in prediction.nodes}
     replaced = sum(1 for name in original if name and name not in kept)
-    return (*placement_cost(prediction), replaced, -opset, int(legalized))
+    return candidate_rank(prediction, opset=opset, replaced=replaced, legalized=legalized)
 
 
 def _node_names(model: ir.Model) -> set[str | None]:
@@ -200,13 +199,13 @@ def choose_target_opset(
     if target_opset is not None:
         chosen = target_opset if target_opset < source else source
     elif not legalize:
-        chosen = min(predictions, key=lambda o: _score(o, predictions[o]))
+        chosen = min(predictions, key=lambda o: candidate_rank(predictions[o], opset=o))
     else:
         chosen = source  # the keyed choice below
     legalized = False
     if legalize:
         keyed = [
-            (_key(o, p, legal, original), o, legal)
+            (_rank(o, p, legal, original), o, legal)
             for legal, candidates in ((False, predictions), (True, legalized_predictions))
             for o, p in candidates.items()
             if target_opset is None or o == chosen
