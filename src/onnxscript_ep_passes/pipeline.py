@@ -35,6 +35,8 @@ import onnx_ir as ir
 from onnxscript.optimizer import optimize
 from onnxscript.rewriter import onnx_fusions
 
+from onnxscript_ep_passes._copies import adopt
+from onnxscript_ep_passes.ep.cost import placement_cost
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.names import canonical_ep_name
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
@@ -181,16 +183,12 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         candidate = model.clone()
         _OptimizeAndFuse()(candidate)
         before, after = predict_placement(model, table), predict_placement(candidate, table)
-        score_before = (len(before.fallback_nodes), before.memcpy)
-        score_after = (len(after.fallback_nodes), after.memcpy)
-        if score_after <= score_before:
-            functions = dict(candidate.functions)
-            model.graph = candidate.graph
-            model.functions.clear()
-            model.functions.update(functions)
+        score_before, score_after = placement_cost(before), placement_cost(after)
+        if not score_before.improves_on(score_after):
+            adopt(model, candidate)
         else:
             logger.info(
-                "kept the unfused model: fusing would give %s fallback/Memcpy instead of %s on %s",
+                "kept the unfused model: fusing would give %s instead of %s on %s",
                 score_after,
                 score_before,
                 self.ep,

@@ -27,7 +27,11 @@ from typing import Any, Protocol
 import onnx_ir as ir
 
 from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
-from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringChoice, LowerOpsetForEpPass
+from onnxscript_ep_passes.passes.lower_for_ep import (
+    EpLoweringChoice,
+    EpLoweringResult,
+    LowerOpsetForEpPass,
+)
 
 
 class _HasModel(Protocol):
@@ -63,10 +67,11 @@ def lower_for_ep(
     Returns None for the CPU EP (nothing to lower). See
     :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass` for the arguments.
     """
-    lowering = LowerOpsetForEpPass(ep, ort_version, target_opset)
-    if lowering(_model_of(program)).modified:
+    result = LowerOpsetForEpPass(ep, ort_version, target_opset)(_model_of(program))
+    if result.modified:
         _model_changed(program)
-    return lowering.last_choice
+    assert isinstance(result, EpLoweringResult)
+    return result.choice
 
 
 def lower_program_opset(program: _HasModel, target_opset: int) -> bool:

@@ -40,6 +40,7 @@ import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
+from onnxscript_ep_passes._copies import adopt
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.names import canonical_ep_name
 from onnxscript_ep_passes.ep.table_choice import get_table
@@ -161,15 +162,6 @@ def _max_diff(
     return worst, ok
 
 
-def _adopt(model: ir.Model, candidate: ir.Model) -> None:
-    imports, functions = dict(candidate.opset_imports), dict(candidate.functions)
-    model.graph = candidate.graph
-    model.opset_imports.clear()
-    model.opset_imports.update(imports)
-    model.functions.clear()
-    model.functions.update(functions)
-
-
 class FuseForEpPass(ir.passes.InPlacePass):
     """Fuse into ORT kernels the EP has, verified (see module docstring).
 
@@ -243,7 +235,7 @@ class FuseForEpPass(ir.passes.InPlacePass):
                 continue
             record.kept = True
             reference = outputs
-            _adopt(model, candidate)
+            adopt(model, candidate)
             modified = True
             logger.info(
                 "fused %d x %s (%s), max difference %.3g",

@@ -19,57 +19,59 @@ Rules the pass follows:
    and the ORT tracking issue, and at WARNING every node still predicted to fall back.
 6. **Legalization** (``legalize=True``, the default): no opset choice helps a node whose op
    the EP has no kernel for at any version. So each candidate opset also gets a legalized
-   variant (:mod:`.legalize`): a copy of the model lowered to that opset, whose nodes built
-   by the lowering have their static shape math folded, and whose remaining fallback
-   nodes are expanded through their ONNX function bodies where that lowers the predicted
-   cost. All candidates, plain and legalized, compete on one rank
-   (:func:`~onnxscript_ep_passes.ep.cost.candidate_rank`): the cost, then fewer of the
-   model's nodes replaced (by the lowering's rewrites and expansions, or by legalization:
-   so a native kernel at a reachable opset beats an expansion), then the higher opset,
-   then plain before legalized. Among plain
-   candidates this picks what rule 3 picks (lowering further never replaces fewer nodes),
-   and a node the EP runs is never expanded. A chosen legalized candidate is rebuilt on
-   the model by replaying its lowering and its expansions. Each node that falls back at
-   the source opset or at the chosen one gets a
-   :class:`~onnxscript_ep_passes.passes.legalize.LegalizationDecision` (``lower``,
-   ``expand`` or ``cpu``, with the reason) in :attr:`EpLoweringChoice.decisions`, logged at
-   INFO (``cpu`` ones at DEBUG: the WARNING of rule 5 lists them).
+   variant (:mod:`.legalize`): a copy of the working copy at that opset, whose nodes built
+   by the lowering (as the lowering reports them) have their static shape math folded,
+   and whose remaining fallback nodes are expanded through their ONNX function bodies
+   where that lowers the predicted cost. All candidates, plain and legalized, compete on
+   one rank (:func:`~onnxscript_ep_passes.ep.cost.candidate_rank`): the cost, then fewer
+   of the model's nodes replaced (by the lowering's adapters, or by legalization's
+   expansions: so a native kernel at a reachable opset beats an expansion), then the
+   higher opset, then plain before legalized. Among plain candidates this picks what
+   rule 3 picks (lowering further never replaces fewer nodes), and a node the EP runs is
+   never expanded. A chosen legalized candidate is the model the pass keeps (its graph is
+   moved into the model object). Each node that falls back at the source opset or at the
+   chosen one gets a :class:`~onnxscript_ep_passes.passes.legalize.LegalizationDecision`
+   (``lower``, ``expand`` or ``cpu``, with the reason) in
+   :attr:`EpLoweringChoice.decisions`, logged at INFO (``cpu`` ones at DEBUG: the WARNING
+   of rule 5 lists them).
+7. Nodes of the copies are related to the model's by structure when a copy is made
+   (:mod:`~onnxscript_ep_passes._copies`), never by name. The pass's result is an
+   :class:`EpLoweringResult` holding the choice.
 """
 
 from __future__ import annotations
 
-__all__ = ["EpLoweringChoice", "LowerOpsetForEpPass", "choose_target_opset"]
+__all__ = [
+    "CPU_EPS",
+    "EpLoweringChoice",
+    "EpLoweringResult",
+    "LowerOpsetForEpPass",
+    "choose_target_opset",
+]
 
 import dataclasses
 import logging
 
 import onnx_ir as ir
 
+from onnxscript_ep_passes._copies import Correspondence, adopt, copy_with_origins
 from onnxscript_ep_passes.ep.cost import CandidateRank, candidate_rank
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
-from onnxscript_ep_passes.ep.names import canonical_ep_name
+from onnxscript_ep_passes.ep.names import CPU_EP, canonical_ep_name
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
 from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.errors import DowngradeError
 from onnxscript_ep_passes.lowering.lower_opset import (
     MIN_TARGET_OPSET,
     ORT_TRACKING_ISSUE,
-    LowerOpsetPass,
     default_opset,
+    run_lowering,
 )
-from onnxscript_ep_passes.passes.legalize import (
-    LegalizationDecision,
-    LegalizationResult,
-    _inlined_by_ort,
-    _local_functions,
-)
-from onnxscript_ep_passes.passes.legalize import (
-    legalize as legalize_model,
-)
+from onnxscript_ep_passes.passes.legalize import LegalizationDecision, LegalizationResult, legalize
 
 logger = logging.getLogger(__name__)
 
-CPU_EPS = frozenset({"CPUExecutionProvider"})
+CPU_EPS = frozenset({CPU_EP})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +90,8 @@ class EpLoweringChoice:
             opset where legalization changed the model.
         decisions: What was done about each node that falls back at the source opset or,
             without legalization, at the chosen one.
-        plan: The legalized candidates' expansions (node names, in order) per opset.
+        plan: The nodes each legalized candidate expanded (nodes of that candidate's copy
+            of the model), per opset.
     """
 
     ep: str
@@ -101,7 +104,7 @@ class EpLoweringChoice:
     legalized: bool = False
     legalized_predictions: dict[int, PlacementPrediction] = dataclasses.field(default_factory=dict)
     decisions: tuple[LegalizationDecision, ...] = ()
-    plan: dict[int, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    plan: dict[int, tuple[ir.Node, ...]] = dataclasses.field(default_factory=dict)
 
     @property
     def before(self) -> PlacementPrediction:
@@ -114,39 +117,169 @@ class EpLoweringChoice:
         return self.predictions[self.chosen_opset]
 
     @property
-    def expanded(self) -> tuple[str, ...]:
+    def expanded(self) -> tuple[ir.Node, ...]:
         """The nodes the chosen candidate expands (empty unless ``legalized``)."""
         return self.plan.get(self.chosen_opset, ()) if self.legalized else ()
 
 
-def _rank(
-    opset: int, prediction: PlacementPrediction, legalized: bool, original: set[str | None]
-) -> CandidateRank:
-    """The candidate's rank (:func:`~onnxscript_ep_passes.ep.cost.candidate_rank`)."""
-    kept = {n.name for n in prediction.nodes}
-    replaced = sum(1 for name in original if name and name not in kept)
-    return candidate_rank(prediction, opset=opset, replaced=replaced, legalized=legalized)
+@dataclasses.dataclass
+class _Candidate:
+    """One way to run the model: an opset, plain or legalized."""
+
+    opset: int
+    legalized: bool
+    prediction: PlacementPrediction
+    rank: CandidateRank
+    origin: Correspondence | None  # the candidate's copy -> the model; None: the model itself
+    legalization: LegalizationResult | None = None
+    model: ir.Model | None = None  # kept for the best legalized candidate only
+
+    def model_node(self, node: ir.Node) -> ir.Node:
+        """The model's node ``node`` (of this candidate's copy) stands for; a node built on
+        the copy stands for itself."""
+        return node if self.origin is None else self.origin.nodes.get(node, node)
 
 
-def _node_names(model: ir.Model) -> set[str | None]:
-    return {node.name for node in ir.traversal.RecursiveGraphIterator(model.graph)}
+class _Search:
+    """The candidates of one model on one kernel table (module docstring, rules 2-6)."""
+
+    def __init__(self, table: KernelTable, wanted: int | None) -> None:
+        self.table = table
+        self.wanted = wanted  # the only opset that may be chosen (target_opset), if any
+        self.plain: dict[int, _Candidate] = {}
+        self.legalized: dict[int, _Candidate] = {}  # those where legalization changed something
+        self.legalizations: dict[int, _Candidate] = {}  # every legalization tried
+        self.best_legalized: _Candidate | None = None
+        self.blocked: DowngradeError | None = None
+
+    def add_plain(
+        self,
+        opset: int,
+        prediction: PlacementPrediction,
+        origin: Correspondence | None,
+        replaced: int,
+    ) -> _Candidate:
+        rank = candidate_rank(prediction, opset=opset, replaced=replaced)
+        candidate = _Candidate(opset, False, prediction, rank, origin)
+        self.plain[opset] = candidate
+        return candidate
+
+    def add_legalized(
+        self,
+        base: ir.Model,
+        plain: _Candidate,
+        built: set[ir.Node],
+        replaced: int,
+    ) -> None:
+        """Legalize a copy of ``base`` (the copy ``plain`` was predicted on)."""
+        variant, to_base = copy_with_origins(base)
+        into_variant = to_base.inverse()
+        ordered_built = [
+            n
+            for n in ir.traversal.RecursiveGraphIterator(variant.graph)
+            if to_base.nodes[n] in built
+        ]
+        result = legalize(
+            variant,
+            self.table,
+            built=ordered_built,
+            prediction=plain.prediction.translated(into_variant),
+        )
+        origin = to_base if plain.origin is None else to_base.then(plain.origin)
+        replaced += sum(1 for n in result.expanded if n in origin.nodes)
+        rank = candidate_rank(result.after, opset=plain.opset, replaced=replaced, legalized=True)
+        candidate = _Candidate(plain.opset, True, result.after, rank, origin, result)
+        self.legalizations[plain.opset] = candidate
+        if not result.modified:
+            return
+        self.legalized[plain.opset] = candidate
+        if self.wanted is not None and plain.opset != self.wanted:
+            return
+        if self.best_legalized is None or rank < self.best_legalized.rank:
+            if self.best_legalized is not None:
+                self.best_legalized.model = None
+            candidate.model = variant
+            self.best_legalized = candidate
+
+    def lower_and_predict(self, work: ir.Model, target: int, state: _WorkState) -> _Candidate:
+        result = run_lowering(work, target)
+        state.built.update(result.built)
+        state.replaced.update(
+            state.origin.nodes[n] for n in result.replaced if n in state.origin.nodes
+        )
+        plain = self.add_plain(
+            target, predict_placement(work, self.table), state.origin, len(state.replaced)
+        )
+        return plain
 
 
-def _built_nodes(model: ir.Model, original: set[str | None]) -> list[ir.Node]:
-    """Nodes a lowering built (their names are new), in graph order."""
-    return [n for n in ir.traversal.RecursiveGraphIterator(model.graph) if n.name not in original]
+@dataclasses.dataclass
+class _WorkState:
+    """The working copy's relation to the model, as it is lowered step by step."""
+
+    origin: Correspondence
+    built: set[ir.Node] = dataclasses.field(default_factory=set)
+    replaced: set[ir.Node] = dataclasses.field(default_factory=set)  # the model's nodes
 
 
-def _legalized_variant(
-    work: ir.Model,
+def _search(
+    model: ir.Model,
     table: KernelTable,
-    original: set[str | None],
-    prediction: PlacementPrediction,
-) -> LegalizationResult:
-    variant = work.clone()
-    return legalize_model(
-        variant, table, built=_built_nodes(variant, original), prediction=prediction
+    target_opset: int | None,
+    floor: int,
+    legalize: bool,
+) -> tuple[EpLoweringChoice, ir.Model | None]:
+    """The choice, and the chosen legalized candidate's model (None when plain is chosen)."""
+    source = default_opset(model.opset_imports)
+    if source is None:
+        raise ValueError("the model imports no ai.onnx opset")
+    wanted = None if target_opset is None else min(target_opset, source)
+    search = _Search(table, wanted)
+    source_plain = search.add_plain(source, predict_placement(model, table), None, 0)
+    if legalize:
+        search.add_legalized(model, source_plain, set(), 0)
+    if target_opset is not None and target_opset < source:
+        work, origin = copy_with_origins(model)
+        state = _WorkState(origin)
+        plain = search.lower_and_predict(work, target_opset, state)
+        if legalize:
+            search.add_legalized(work, plain, state.built, len(state.replaced))
+    elif not _wholly_on_ep(source_plain.prediction):
+        work, origin = copy_with_origins(model)
+        state = _WorkState(origin)
+        for opset in range(source - 1, floor - 1, -1):
+            try:
+                plain = search.lower_and_predict(work, opset, state)
+            except DowngradeError as error:
+                search.blocked = error
+                break
+            if _wholly_on_ep(plain.prediction):
+                break  # no lower opset can do better: ties go to the higher opset
+            if legalize:
+                search.add_legalized(work, plain, state.built, len(state.replaced))
+    pool = [*search.plain.values(), *search.legalized.values()]
+    if wanted is not None:
+        pool = [c for c in pool if c.opset == wanted]
+    chosen = min(pool, key=lambda c: c.rank)
+    decisions = _decisions(search.plain[source], chosen, search.legalizations.get(chosen.opset))
+    choice = EpLoweringChoice(
+        ep=table.ep,
+        ort_version=table.ort_version,
+        table_source=table.source,
+        source_opset=source,
+        chosen_opset=chosen.opset,
+        predictions={o: c.prediction for o, c in search.plain.items()},
+        blocked=search.blocked,
+        legalized=chosen.legalized,
+        legalized_predictions={o: c.prediction for o, c in search.legalized.items()},
+        decisions=decisions,
+        plan={
+            o: tuple(c.legalization.expanded)
+            for o, c in search.legalized.items()
+            if c.legalization is not None
+        },
     )
+    return choice, chosen.model if chosen.legalized else None
 
 
 def choose_target_opset(
@@ -163,71 +296,7 @@ def choose_target_opset(
     evaluated (and :class:`DowngradeError` propagates when it cannot be reached). With
     ``legalize``, each candidate opset also gets a legalized variant (rule 6).
     """
-    source = default_opset(model.opset_imports)
-    if source is None:
-        raise ValueError("the model imports no ai.onnx opset")
-    predictions = {source: predict_placement(model, table)}
-    blocked: DowngradeError | None = None
-    original = _node_names(model) if legalize else set()
-    variants: dict[int, LegalizationResult] = {}
-    if legalize:
-        variants[source] = _legalized_variant(model, table, original, predictions[source])
-    if target_opset is not None and target_opset < source:
-        work = model.clone()
-        LowerOpsetPass(target_opset, announce=False)(work)
-        predictions[target_opset] = predict_placement(work, table)
-        if legalize:
-            variants[target_opset] = _legalized_variant(
-                work, table, original, predictions[target_opset]
-            )
-    elif not _wholly_on_ep(predictions[source]):
-        work = model.clone()
-        for opset in range(source - 1, floor - 1, -1):
-            try:
-                LowerOpsetPass(opset, announce=False)(work)
-            except DowngradeError as error:
-                blocked = error
-                break
-            predictions[opset] = predict_placement(work, table)
-            if _wholly_on_ep(predictions[opset]):
-                break  # no lower opset can do better: ties go to the higher opset
-            if legalize:
-                variants[opset] = _legalized_variant(work, table, original, predictions[opset])
-    legalized_predictions = {
-        opset: v.after for opset, v in variants.items() if v.modified and v.after is not None
-    }
-    if target_opset is not None:
-        chosen = target_opset if target_opset < source else source
-    elif not legalize:
-        chosen = min(predictions, key=lambda o: candidate_rank(predictions[o], opset=o))
-    else:
-        chosen = source  # the keyed choice below
-    legalized = False
-    if legalize:
-        keyed = [
-            (_rank(o, p, legal, original), o, legal)
-            for legal, candidates in ((False, predictions), (True, legalized_predictions))
-            for o, p in candidates.items()
-            if target_opset is None or o == chosen
-        ]
-        _, chosen, legalized = min(keyed)
-    after = legalized_predictions[chosen] if legalized else predictions[chosen]
-    decisions = _decisions(
-        predictions[source], after, variants.get(chosen), chosen, legalized, model
-    )
-    return EpLoweringChoice(
-        ep=table.ep,
-        ort_version=table.ort_version,
-        table_source=table.source,
-        source_opset=source,
-        chosen_opset=chosen,
-        predictions=predictions,
-        blocked=blocked,
-        legalized=legalized,
-        legalized_predictions=legalized_predictions,
-        decisions=decisions,
-        plan={o: tuple(v.expanded) for o, v in variants.items() if v.modified},
-    )
+    return _search(model, table, target_opset, floor, legalize)[0]
 
 
 def _wholly_on_ep(prediction: PlacementPrediction) -> bool:
@@ -235,38 +304,44 @@ def _wholly_on_ep(prediction: PlacementPrediction) -> bool:
 
 
 def _decisions(
-    before: PlacementPrediction,
-    after: PlacementPrediction,
-    variant: LegalizationResult | None,
-    chosen: int,
-    legalized: bool,
-    model: ir.Model,
+    source: _Candidate, chosen: _Candidate, variant: _Candidate | None
 ) -> tuple[LegalizationDecision, ...]:
     """One decision per node falling back at the source or at the chosen opset.
 
     Nodes of a function body ORT inlines (an op no EP has a kernel for) are not listed:
-    the legalized variant's decision about the op's node covers them.
+    the legalized variant's decision about the op's node covers them. Nodes are keyed by
+    the model's node each stands for (a node built on a copy stands for itself).
     """
-    by_variant = {d.node: d for d in variant.decisions} if variant is not None else {}
-    placed_after = {n.name: n for n in after.nodes if not n.inserted_by_ort}
-    local = _local_functions(model)
-    out: dict[str, LegalizationDecision] = {}
-    for node in before.fallback_nodes:
-        if node.inserted_by_ort or node.name in out or _inlined_by_ort(node, local):
+    by_variant: dict[ir.Node, LegalizationDecision] = {}
+    if variant is not None and variant.legalization is not None:
+        for d in variant.legalization.decisions:
+            if d.ir_node is not None:
+                by_variant[variant.model_node(d.ir_node)] = d
+    placed_after = {
+        chosen.model_node(n.node): n
+        for n in chosen.prediction.nodes
+        if n.node is not None and not n.inserted_by_ort and not n.inlined_by_ort
+    }
+    opset = chosen.opset
+    out: dict[ir.Node, LegalizationDecision] = {}
+    for node in source.prediction.fallback_nodes:
+        key = node.node
+        if key is None or node.inserted_by_ort or node.inlined_by_ort or key in out:
             continue
-        now = placed_after.get(node.name)
-        known = by_variant.get(node.name)
+        now = placed_after.get(key)
+        known = by_variant.get(key)
         if now is not None and now.placement == "ep":
-            decision: LegalizationDecision = LegalizationDecision(
+            decision = LegalizationDecision(
                 node.name,
                 node.op_type,
                 node.domain,
                 node.since_version,
-                chosen,
+                opset,
                 "lower",
-                f"{node.reason}; runs on the EP at opset {chosen} ({now.reason})",
+                f"{node.reason}; runs on the EP at opset {opset} ({now.reason})",
+                key,
             )
-        elif legalized and known is not None:
+        elif chosen.legalized and known is not None:
             decision = known
         elif now is None:
             decision = LegalizationDecision(
@@ -274,30 +349,37 @@ def _decisions(
                 node.op_type,
                 node.domain,
                 node.since_version,
-                chosen,
+                opset,
                 "expand",
-                f"{node.reason}; the lowering to opset {chosen} expanded it",
+                f"{node.reason}; the lowering to opset {opset} expanded it",
+                key,
             )
         else:
             why = known.reason if known is not None and known.decision == "cpu" else now.reason
             decision = LegalizationDecision(
-                node.name, node.op_type, node.domain, node.since_version, chosen, "cpu", why
+                node.name, node.op_type, node.domain, node.since_version, opset, "cpu", why, key
             )
-        out[node.name] = decision
-    if variant is not None:
-        for known in variant.decisions:
-            if known.node in out:
-                continue
-            if not legalized and known.decision == "expand":
-                now = placed_after.get(known.node)
-                reason = now.reason if now is not None else known.reason
-                known = dataclasses.replace(
-                    known,
-                    decision="cpu",
-                    reason=f"{reason}; expanding it did not make the model better",
-                )
-            out[known.node] = known
+        out[key] = decision
+    for key, known in by_variant.items():
+        if key in out:
+            continue
+        if not chosen.legalized and known.decision == "expand":
+            now = placed_after.get(key)
+            reason = now.reason if now is not None else known.reason
+            known = dataclasses.replace(
+                known,
+                decision="cpu",
+                reason=f"{reason}; expanding it did not make the model better",
+            )
+        out[key] = known
     return tuple(out.values())
+
+
+@dataclasses.dataclass
+class EpLoweringResult(ir.passes.PassResult):
+    """The result of :class:`LowerOpsetForEpPass`: ``choice`` is None for the CPU EP."""
+
+    choice: EpLoweringChoice | None = None
 
 
 class LowerOpsetForEpPass(ir.passes.InPlacePass):
@@ -312,7 +394,7 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
         legalize: Also consider legalized candidates (module docstring, rule 6); False
             gives the plain opset choice.
 
-    After a run, ``last_choice`` holds the :class:`EpLoweringChoice` (None for CPU).
+    The pass returns an :class:`EpLoweringResult`.
     """
 
     def __init__(
@@ -330,54 +412,54 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
         self.target_opset = target_opset
         self.table = table
         self.legalize = legalize
-        self.last_choice: EpLoweringChoice | None = None
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        self.last_choice = None
+    def call(self, model: ir.Model) -> EpLoweringResult:
         if self.ep in CPU_EPS:
             logger.debug("%s runs every opset: nothing to lower", self.ep)
-            return ir.passes.PassResult(model, modified=False)
+            return EpLoweringResult(model, False)
         table = self.table or get_table(self.ep, self.ort_version)
-        choice = choose_target_opset(
-            model, table, target_opset=self.target_opset, legalize=self.legalize
+        choice, legalized_model = _search(
+            model, table, self.target_opset, MIN_TARGET_OPSET, self.legalize
         )
-        self.last_choice = choice
         modified = False
-        original = _node_names(model) if choice.legalized else set()
-        if choice.chosen_opset < choice.source_opset:
-            modified = LowerOpsetPass(choice.chosen_opset, ep=self.ep)(model).modified
-        if choice.legalized:
-            legalize_model(model, table, built=_built_nodes(model, original), plan=choice.expanded)
+        if legalized_model is not None:
+            adopt(model, legalized_model)
             modified = True
-        for decision in choice.decisions:  # the nodes left on CPU are warned about below
-            level = logging.DEBUG if decision.decision == "cpu" else logging.INFO
-            logger.log(level, "'%s' on %s: %s", model.graph.name, self.ep, decision)
-        after = choice.after
-        logger.info(
-            "Model '%s' for %s (ORT %s, %s): opset %d -> %d%s; predicted fallback nodes %d -> %d, "
-            "Memcpy %d -> %d. Track when this workaround can go: %s",
-            model.graph.name,
-            self.ep,
-            table.ort_version,
-            table.source,
-            choice.source_opset,
-            choice.chosen_opset,
-            f" (legalized: {len(choice.expanded)} nodes expanded)" if choice.legalized else "",
-            len(choice.before.fallback_nodes),
+        elif choice.chosen_opset < choice.source_opset:
+            modified = run_lowering(model, choice.chosen_opset).modified
+        _log(model, self.ep, table, choice)
+        return EpLoweringResult(model, modified, choice)
+
+
+def _log(model: ir.Model, ep: str, table: KernelTable, choice: EpLoweringChoice) -> None:
+    for decision in choice.decisions:  # the nodes left on CPU are warned about below
+        level = logging.DEBUG if decision.decision == "cpu" else logging.INFO
+        logger.log(level, "'%s' on %s: %s", model.graph.name, ep, decision)
+    after = choice.after
+    logger.info(
+        "Model '%s' for %s (ORT %s, %s): opset %d -> %d%s; predicted fallback nodes %d -> %d, "
+        "Memcpy %d -> %d. Track when this workaround can go: %s",
+        model.graph.name,
+        ep,
+        table.ort_version,
+        table.source,
+        choice.source_opset,
+        choice.chosen_opset,
+        f" (legalized: {len(choice.expanded)} nodes expanded)" if choice.legalized else "",
+        len(choice.before.fallback_nodes),
+        len(after.fallback_nodes),
+        choice.before.memcpy,
+        after.memcpy,
+        ORT_TRACKING_ISSUE,
+    )
+    if after.fallback_nodes:
+        logger.warning(
+            "%d nodes of '%s' are still predicted to fall back to CPU on %s:\n%s",
             len(after.fallback_nodes),
-            choice.before.memcpy,
-            after.memcpy,
-            ORT_TRACKING_ISSUE,
+            model.graph.name,
+            ep,
+            "\n".join(
+                f"  - {n.name or '<unnamed>'} ({n.op_type}-{n.since_version}): {n.reason}"
+                for n in after.fallback_nodes
+            ),
         )
-        if after.fallback_nodes:
-            logger.warning(
-                "%d nodes of '%s' are still predicted to fall back to CPU on %s:\n%s",
-                len(after.fallback_nodes),
-                model.graph.name,
-                self.ep,
-                "\n".join(
-                    f"  - {n.name or '<unnamed>'} ({n.op_type}-{n.since_version}): {n.reason}"
-                    for n in after.fallback_nodes
-                ),
-            )
-        return ir.passes.PassResult(model, modified=modified)
