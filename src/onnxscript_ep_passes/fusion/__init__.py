@@ -1,7 +1,8 @@
 """Fusions into ONNX Runtime's fused (com.microsoft) kernels, applied where an EP has them.
 
 - :mod:`~onnxscript_ep_passes.fusion.attention` -- torch's ai.onnx ``Attention`` (with
-  rotary, repeat_kv and KV cache) -> ``GroupQueryAttention``;
+  rotary, repeat_kv and KV cache) -> ``GroupQueryAttention`` (the graph walk in
+  :mod:`~onnxscript_ep_passes.fusion.attention_match`);
 - :mod:`~onnxscript_ep_passes.fusion.normalization` -- RMS normalizations ->
   ``SimplifiedLayerNormalization`` / ``SkipSimplifiedLayerNormalization``;
 - :mod:`~onnxscript_ep_passes.fusion.evaluate` -- running parts of a model on generated

@@ -44,6 +44,11 @@ import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
+from onnxscript_ep_passes.fusion.attention_match import (
+    AttentionMatch,
+    RefusedError,
+    match_attention,
+)
 from onnxscript_ep_passes.fusion.evaluate import Sizes, evaluate_values, generate_feeds
 
 logger = logging.getLogger(__name__)
@@ -62,207 +67,6 @@ class AttentionFusionResult:
     notes: dict[str, str] = dataclasses.field(default_factory=dict)  # fused, with a caveat
 
 
-class _RefusedError(Exception):
-    pass
-
-
-def _producer(value: ir.Value | None, op_type: str, domain: str = "") -> ir.Node:
-    node = None if value is None else value.producer()
-    if node is None or node.op_type != op_type or node.domain != domain:
-        raise _RefusedError(f"expected {op_type} producing {None if value is None else value.name}")
-    return node
-
-
-def _ints(value: ir.Value | None) -> list[int] | None:
-    tensor = None if value is None else ir.convenience.get_const_tensor(value)
-    return None if tensor is None else [int(x) for x in tensor.numpy().reshape(-1)]
-
-
-def _static_dims(value: ir.Value, rank: int) -> list[int | None]:
-    shape = value.shape
-    if shape is None or len(shape) != rank:
-        raise _RefusedError(f"{value.name}: rank {rank} with known shape needed")
-    return [d if isinstance(d, int) else None for d in shape]
-
-
-def _is_slice(node: ir.Node, start: int, end_at_least: int, axis: int) -> bool:
-    starts, ends = _ints(node.inputs[1]), _ints(node.inputs[2])
-    axes = _ints(node.inputs[3]) if len(node.inputs) > 3 else None
-    steps = _ints(node.inputs[4]) if len(node.inputs) > 4 else None
-    return (
-        starts == [start]
-        and ends is not None
-        and len(ends) == 1
-        and ends[0] >= end_at_least
-        and axes in ([-1], [axis])
-        and steps in (None, [1])
-    )
-
-
-def _rotate_half_of(rotated: ir.Value, x: ir.Value, head: int) -> bool:
-    try:
-        concat = _producer(rotated, "Concat")
-        neg = _producer(concat.inputs[0], "Neg")
-        upper = _producer(neg.inputs[0], "Slice")
-        lower = _producer(concat.inputs[1], "Slice")
-    except _RefusedError:
-        return False
-    half = head // 2
-    return (
-        len(concat.inputs) == 2
-        and concat.attributes.get_int("axis", 0) in (-1, 3)
-        and upper.inputs[0] is x
-        and lower.inputs[0] is x
-        and _is_slice(upper, half, head, 3)
-        and _is_slice(lower, 0, half, 3)
-    )
-
-
-def _match_onnx_rope(value: ir.Value, head: int) -> tuple[ir.Value, ir.Value, ir.Value] | None:
-    """``(x, cos, sin)`` when ``value = RotaryEmbedding-23(x, cos, sin)`` (4-D, full, plain)."""
-    node = value.producer()
-    if node is None or node.op_type != "RotaryEmbedding" or node.domain not in ("", "ai.onnx"):
-        return None
-    x, cos, sin = (list(node.inputs) + [None] * 3)[:3]
-    if x is None or cos is None or sin is None or any(v is not None for v in node.inputs[3:]):
-        return None
-    if node.attributes.get_int("interleaved", 0) != 0:
-        return None
-    if node.attributes.get_int("rotary_embedding_dim", 0) not in (0, head):
-        return None
-    if x.shape is None or len(x.shape) != 4:
-        return None
-    return x, cos, sin
-
-
-def _match_rope(value: ir.Value, head: int) -> tuple[ir.Value, ir.Value, ir.Value] | None:
-    """``(x, cos, sin)`` when ``value = x*cos + rotate_half(x)*sin``."""
-    try:
-        add = _producer(value, "Add")
-        a, b = add.inputs
-        for first, second in ((a, b), (b, a)):
-            try:
-                m1, m2 = _producer(first, "Mul"), _producer(second, "Mul")
-            except _RefusedError:
-                continue
-            for x, cos in (m1.inputs, tuple(reversed(m1.inputs))):
-                for rot, sin in (m2.inputs, tuple(reversed(m2.inputs))):
-                    if (
-                        x is not None
-                        and rot is not None
-                        and cos is not None
-                        and sin is not None
-                        and _rotate_half_of(rot, x, head)
-                    ):
-                        return x, cos, sin
-    except _RefusedError:
-        pass
-    return None
-
-
-def _match_repeat(value: ir.Value, heads: int) -> tuple[ir.Value, int]:
-    """``(k_all, kv_heads)``: undo repeat_kv, or ``(value, heads)`` when there is none."""
-    try:
-        reshape = _producer(value, "Reshape")
-        expand = _producer(reshape.inputs[0], "Expand")
-        unsqueeze = _producer(expand.inputs[0], "Unsqueeze")
-    except _RefusedError:
-        return value, heads
-    if _ints(unsqueeze.inputs[1]) != [2]:
-        raise _RefusedError("repeat_kv Unsqueeze is not on axis 2")
-    source = unsqueeze.inputs[0]
-    assert source is not None
-    kv_heads = _static_dims(source, 4)[1]
-    expanded = _static_dims(expand.outputs[0], 5)
-    if kv_heads is None or expanded[1] != kv_heads or expanded[2] is None:
-        raise _RefusedError("repeat_kv with unknown head counts")
-    if kv_heads * expanded[2] != heads or _static_dims(value, 4)[1] != heads:
-        raise _RefusedError("repeat_kv does not give the query's head count")
-    return source, kv_heads
-
-
-def _split_cache(value: ir.Value, graph: ir.Graph) -> tuple[ir.Value | None, ir.Value]:
-    """``(past, new)`` when ``value = Concat(past_input, new, axis=2)``, else ``(None, value)``."""
-    node = value.producer()
-    if node is None or node.op_type != "Concat" or node.domain != "" or len(node.inputs) != 2:
-        return None, value
-    if node.attributes.get_int("axis", 0) not in (2, -2):
-        return None, value
-    past, new = node.inputs
-    if past is None or new is None or past not in graph.inputs:
-        raise _RefusedError("KV Concat whose past is not a graph input")
-    return past, new
-
-
-@dataclasses.dataclass
-class _Match:
-    node: ir.Node
-    q: ir.Value  # BHSD, before rotary when ``rotary`` is set
-    k: ir.Value  # BHkvSD new tokens
-    v: ir.Value
-    past_key: ir.Value | None
-    past_value: ir.Value | None
-    present_key: ir.Value | None  # the Concat outputs replaced by GQA's present outputs
-    present_value: ir.Value | None
-    rotary: tuple[ir.Value, ir.Value] | None
-    rotary_halves: bool  # cos/sin are (.., head) with equal halves, not (.., head/2)
-    q_rotated: ir.Value  # the Attention's own q/k (rotary applied), for do_rotary=0
-    k_rotated: ir.Value
-    heads: int
-    kv_heads: int
-    head_size: int
-    scale: float
-
-
-def _match(node: ir.Node, graph: ir.Graph) -> _Match:
-    if node.attributes.get_float("softcap", 0.0) != 0.0:
-        raise _RefusedError("softcap")
-    if any(v is not None for v in node.inputs[4:]):
-        raise _RefusedError("ai.onnx past/nonpad inputs")
-    if any(o.uses() or o.is_graph_output() for o in node.outputs[1:]):
-        raise _RefusedError("outputs beyond the first are used")
-    q_in, k_in, v_in = node.inputs[:3]
-    if q_in is None or k_in is None or v_in is None:
-        raise _RefusedError("missing q/k/v")
-    _, heads, _, head = _static_dims(q_in, 4)
-    if heads is None or head is None:
-        raise _RefusedError("unknown head count or head size")
-    k_all, kv_heads = _match_repeat(k_in, heads)
-    v_all, v_heads = _match_repeat(v_in, heads)
-    if v_heads != kv_heads or _static_dims(v_all, 4)[3] != head:
-        raise _RefusedError("key and value differ in heads or head size")
-    past_key, k_new = _split_cache(k_all, graph)
-    past_value, v_new = _split_cache(v_all, graph)
-    if (past_key is None) != (past_value is None):
-        raise _RefusedError("KV cache on only one of key/value")
-    rotary, halves = None, True
-    q, k = q_in, k_new
-    for matcher, full_width in ((_match_rope, True), (_match_onnx_rope, False)):
-        rope_q, rope_k = matcher(q_in, head), matcher(k_new, head)
-        if rope_q and rope_k and rope_q[1:] == rope_k[1:]:
-            q, k = rope_q[0], rope_k[0]
-            rotary, halves = (rope_q[1], rope_q[2]), full_width
-    scale = node.attributes.get_float("scale", 1.0 / float(np.sqrt(head)))
-    return _Match(
-        node=node,
-        q=q,
-        k=k,
-        v=v_new,
-        past_key=past_key,
-        past_value=past_value,
-        present_key=k_all if past_key is not None else None,
-        present_value=v_all if past_key is not None else None,
-        rotary=rotary,
-        rotary_halves=halves,
-        q_rotated=q_in,
-        k_rotated=k_new,
-        heads=heads,
-        kv_heads=kv_heads,
-        head_size=head,
-        scale=scale,
-    )
-
-
 def _samples(has_past: bool) -> list[Sizes]:
     return [Sizes(b, s, p) for b, s, p in MASK_SAMPLES if has_past or p == 0]
 
@@ -271,22 +75,22 @@ def _allowed(mask: np.ndarray) -> np.ndarray:
     if mask.dtype == np.bool_:
         return mask
     if np.any((mask != 0) & (mask > -1e30)):
-        raise _RefusedError("float mask with values other than 0 and -inf/lowest")
+        raise RefusedError("float mask with values other than 0 and -inf/lowest")
     return mask == 0
 
 
-def _prove_mask(model: ir.Model, match: _Match) -> None:
+def _prove_mask(model: ir.Model, match: AttentionMatch) -> None:
     node = match.node
     mask = node.inputs[3] if len(node.inputs) > 3 else None
     causal = node.attributes.get_int("is_causal", 0)
     if mask is None:
         if not causal:
-            raise _RefusedError("not causal (no mask, is_causal=0)")
+            raise RefusedError("not causal (no mask, is_causal=0)")
         if match.past_key is not None:
-            raise _RefusedError("is_causal=1 with a KV cache (ONNX aligns it top-left)")
+            raise RefusedError("is_causal=1 with a KV cache (ONNX aligns it top-left)")
         return
     if causal:
-        raise _RefusedError("both a mask and is_causal=1")
+        raise RefusedError("both a mask and is_causal=1")
     has_past = match.past_key is not None
     for sizes in _samples(has_past):
         for padded in (False, True):
@@ -299,30 +103,30 @@ def _prove_mask(model: ir.Model, match: _Match) -> None:
             try:
                 (value,) = evaluate_values(model, [mask], feeds)
             except Exception as error:
-                raise _RefusedError(f"mask cannot be evaluated: {error}") from error
+                raise RefusedError(f"mask cannot be evaluated: {error}") from error
             if value.ndim != 4:
-                raise _RefusedError(f"mask of rank {value.ndim}")
+                raise RefusedError(f"mask of rank {value.ndim}")
             seq, total = value.shape[-2:]  # the model's own sizes where they are static
             i = np.arange(seq)[:, None]
             j = np.arange(total)[None, :]
             expected = (j <= total - seq + i)[None, None]
             if am is not None:
                 if am.shape[-1] != total:
-                    raise _RefusedError(f"attention_mask covers {am.shape[-1]}, not {total} keys")
+                    raise RefusedError(f"attention_mask covers {am.shape[-1]}, not {total} keys")
                 expected = expected & (am[:, None, None, :] != 0)
             actual = _allowed(value)
             try:
                 shape = np.broadcast_shapes(actual.shape, expected.shape)
             except ValueError as error:
-                raise _RefusedError(f"mask shape {value.shape} at {sizes}") from error
+                raise RefusedError(f"mask shape {value.shape} at {sizes}") from error
             if len(shape) != 4 or not np.array_equal(
                 np.broadcast_to(actual, shape), np.broadcast_to(expected, shape)
             ):
-                raise _RefusedError(f"mask is not causal AND attention_mask at {sizes}")
+                raise RefusedError(f"mask is not causal AND attention_mask at {sizes}")
 
 
 def _rotary_caches(
-    model: ir.Model, match: _Match, max_length: int
+    model: ir.Model, match: AttentionMatch, max_length: int
 ) -> tuple[np.ndarray, np.ndarray]:
     assert match.rotary is not None
     head, half = match.head_size, match.head_size // 2
@@ -333,19 +137,19 @@ def _rotary_caches(
         try:
             values = evaluate_values(model, list(match.rotary or ()), feeds)
         except Exception as error:
-            raise _RefusedError(f"cos/sin cannot be evaluated: {error}") from error
+            raise RefusedError(f"cos/sin cannot be evaluated: {error}") from error
         out = []
         for value in values:
             try:
                 if match.rotary_halves:
                     full = np.broadcast_to(value, (sizes.batch, 1, sizes.seq, head))[:, 0]
                     if not np.array_equal(full[..., :half], full[..., half:]):
-                        raise _RefusedError("cos/sin halves differ (not rotate_half RoPE)")
+                        raise RefusedError("cos/sin halves differ (not rotate_half RoPE)")
                     out.append(full[..., :half])
                 else:
                     out.append(np.broadcast_to(value, (sizes.batch, sizes.seq, half)))
             except ValueError as error:
-                raise _RefusedError(f"cos/sin shape {value.shape} at {sizes}") from error
+                raise RefusedError(f"cos/sin shape {value.shape} at {sizes}") from error
         return out
 
     caches = [np.ascontiguousarray(table[0]) for table in rows(Sizes(1, max_length, 0))]
@@ -353,7 +157,7 @@ def _rotary_caches(
     for value, cache in zip(rows(check), caches):
         expected = cache[check.past : check.past + check.seq]
         if not np.allclose(value, expected[None], rtol=0, atol=1e-6):
-            raise _RefusedError("cos/sin are not a function of past + position")
+            raise RefusedError("cos/sin are not a function of past + position")
     return caches[0], caches[1]
 
 
@@ -379,7 +183,7 @@ class _Builder:
     def _insert(self, anchor: ir.Node, nodes: list[ir.Node]) -> None:
         self.graph.insert_before(anchor, nodes)
 
-    def seq_lengths(self, anchor: ir.Node, match: _Match) -> tuple[ir.Value, ir.Value]:
+    def seq_lengths(self, anchor: ir.Node, match: AttentionMatch) -> tuple[ir.Value, ir.Value]:
         if self.lengths is not None:
             return self.lengths
         mask = next((v for v in self.graph.inputs if v.name == "attention_mask"), None)
@@ -411,14 +215,14 @@ class _Builder:
         self.lengths = (seqlens, total)
         return self.lengths
 
-    def rotary(self, model: ir.Model, match: _Match) -> tuple[ir.Value, ir.Value]:
+    def rotary(self, model: ir.Model, match: AttentionMatch) -> tuple[ir.Value, ir.Value]:
         assert match.rotary is not None
         if match.rotary not in self.caches:
             cos, sin = _rotary_caches(model, match, self.max_length)
             self.caches[match.rotary] = (self.const("cos_cache", cos), self.const("sin_cache", sin))
         return self.caches[match.rotary]
 
-    def rewrite(self, match: _Match) -> None:
+    def rewrite(self, match: AttentionMatch) -> None:
         anchor = match.node
         seqlens, total = self.seq_lengths(anchor, match)
         nodes: list[ir.Node] = []
@@ -501,18 +305,18 @@ def fuse_attention_to_gqa(model: ir.Model, *, max_length: int = 4096) -> Attenti
             continue
         label = node.name or f"Attention#{len(result.refused) + result.fused}"
         try:
-            match = _match(node, graph)
+            match = match_attention(node, graph)
             _prove_mask(model, match)
             if match.rotary is not None:
                 try:
                     builder.rotary(model, match)
-                except _RefusedError as error:
+                except RefusedError as error:
                     result.notes[label] = f"rotary kept outside the fused node: {error}"
                     match = dataclasses.replace(
                         match, q=match.q_rotated, k=match.k_rotated, rotary=None
                     )
             builder.rewrite(match)
-        except _RefusedError as error:
+        except RefusedError as error:
             result.refused[label] = str(error)
             continue
         result.fused += 1
