@@ -2,7 +2,8 @@
 
 :func:`placement_report` returns a plain dict (the ``report --json`` format)::
 
-    {"ep", "ort_version", "table_source", "chosen_opset", "blocked",
+    {"schema_version": 1, "model", "ep", "ort_version", "ort_version_assumed",
+     "table_source", "chosen_opset", "blocked",
      "candidates": {opset: {"fallback", "memcpy"}},
      "legalized": bool,
      "legalized_candidates": {opset: {"fallback", "memcpy", "expanded"}},
@@ -19,23 +20,50 @@ and are not counted as fallback. ``candidates`` are the plain opset lowerings;
 :mod:`~onnxscript_ep_passes.passes.legalize`), with the number of nodes each expands;
 ``legalized`` tells whether the chosen one (``after``) is legalized. ``decisions`` has one
 entry per node that falls back at the source or at the chosen opset: what the pass does
-about it and why.
+about it and why. ``model`` is the name the caller gives (the file name, from the command
+line) or the graph's name; ``ort_version_assumed`` is true when no ORT release was named and
+the table is a shipped snapshot (the prediction is for a release the user may not run).
+
+The text form (:func:`format_report`, :func:`print_report`, rendered with rich) reads
+top-down:
+
+1. the verdict line (:mod:`~onnxscript_ep_passes.verdict`), and a note when the ORT
+   release is assumed;
+2. the candidates table: each opset reached, with its predicted cost, the chosen one
+   marked;
+3. why no lower opset was reachable, when one was not (the first offending nodes);
+4. the per-op table, before and after, of the ops whose placement changes (every op with
+   ``show_all``);
+5. the decisions about nodes the EP cannot run, grouped by (op, decision, reason) with a
+   count and a few node names.
+
+Colour is used only when the output is a terminal (rich's detection; ``NO_COLOR`` is
+honoured).
 """
 
 from __future__ import annotations
 
-__all__ = ["format_report", "placement_report"]
+__all__ = ["format_report", "placement_report", "print_report", "render_report"]
 
 import collections
-from typing import Any
+import io
+import sys
+from typing import IO, Any
 
 import onnx_ir as ir
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
 
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.names import canonical_ep_name
 from onnxscript_ep_passes.ep.placement import PlacementPrediction
 from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.passes.lower_for_ep import choose_target_opset
+from onnxscript_ep_passes.verdict import ep_display_name, verdict
+
+SCHEMA_VERSION = 1
 
 
 def _side(opset: int, prediction: PlacementPrediction) -> dict[str, Any]:
@@ -67,16 +95,22 @@ def placement_report(
     target_opset: int | None = None,
     table: KernelTable | None = None,
     legalize: bool = True,
+    model_name: str | None = None,
 ) -> dict[str, Any]:
     """Predicted placement before and after lowering for ``ep`` (the model is not changed).
 
-    ``legalize`` as for :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass`.
+    ``legalize`` as for :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass`;
+    ``model_name`` names the model in the report (default: its graph's name).
     """
+    assumed = table is None and ort_version is None
     table = table or get_table(canonical_ep_name(ep), ort_version)
     choice = choose_target_opset(model, table, target_opset=target_opset, legalize=legalize)
     return {
+        "schema_version": SCHEMA_VERSION,
+        "model": model_name or model.graph.name,
         "ep": table.ep,
         "ort_version": table.ort_version,
+        "ort_version_assumed": assumed and not table.source.startswith("live:"),
         "table_source": table.source,
         "chosen_opset": choice.chosen_opset,
         "blocked": None if choice.blocked is None else str(choice.blocked),
@@ -99,66 +133,175 @@ def placement_report(
     }
 
 
-def _op_table(side: dict[str, Any]) -> list[str]:
+# -- text ----------------------------------------------------------------------------------
+
+_MAX_BLOCKED_LINES = 5
+_FIGURE_NAMES = {"fallback": "CPU nodes", "memcpy": "Memcpy"}
+_MAX_NODE_NAMES = 3
+
+
+def _verdict(report: dict[str, Any], model_name: str | None) -> str:
+    before, after = report["before"], report["after"]
+    expanded = 0
+    if report.get("legalized"):
+        chosen = str(after["opset"])
+        expanded = (report.get("legalized_candidates") or {}).get(chosen, {}).get("expanded", 0)
+    return verdict(
+        ep=report["ep"],
+        ort_version=report["ort_version"],
+        table_source=report["table_source"],
+        source_opset=before["opset"],
+        chosen_opset=after["opset"],
+        memcpy=(before["memcpy"], after["memcpy"]),
+        cpu_nodes=(before["fallback"], after["fallback"]),
+        expanded=expanded,
+        assumed=bool(report.get("ort_version_assumed")),
+        model=model_name or report.get("model"),
+    )
+
+
+def _candidates(report: dict[str, Any]) -> Table:
+    plain: dict[str, dict[str, Any]] = report["candidates"]
+    legal: dict[str, dict[str, Any]] = report.get("legalized_candidates") or {}
+    # Every numeric figure a candidate carries, in the order the report gives them.
+    keys = list(dict.fromkeys(k for c in plain.values() for k in c))
+    legal_keys = list(dict.fromkeys(k for c in legal.values() for k in c))
+    table = Table(title="candidates", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("opset", justify="right")
+    for key in keys:
+        table.add_column(_FIGURE_NAMES.get(key, key), justify="right")
+    for key in legal_keys:
+        table.add_column(f"legalized: {_FIGURE_NAMES.get(key, key)}", justify="right")
+    table.add_column("")
+    chosen = str(report["chosen_opset"])
+    for opset in sorted({*plain, *legal}, key=int, reverse=True):
+        row = [opset]
+        row += [str(plain.get(opset, {}).get(k, "")) for k in keys]
+        row += [str(legal.get(opset, {}).get(k, "")) for k in legal_keys]
+        mark = ""
+        if opset == chosen:
+            mark = "chosen (legalized)" if report.get("legalized") else "chosen"
+        row.append(mark)
+        table.add_row(*row, style="bold" if mark else None)
+    return table
+
+
+def _op_key(node: dict[str, Any]) -> str:
+    return f"{node['domain']}::{node['op_type']}" if node["domain"] else node["op_type"]
+
+
+def _placement_counts(side: dict[str, Any]) -> dict[str, collections.Counter[str]]:
     counts: dict[str, collections.Counter[str]] = {}
-    reasons: dict[str, set[str]] = {}
     for node in side["nodes"]:
-        key = f"{node['domain'] + '::' if node['domain'] else ''}{node['op_type']}"
-        label = "shape" if node["shape_computation"] else node["placement"]
-        counts.setdefault(key, collections.Counter())[label] += 1
-        if node["placement"] == "cpu" and not node["shape_computation"]:
-            reasons.setdefault(key, set()).add(node["reason"])
-    width = max((len(k) for k in counts), default=2)
-    lines = [f"    {'op'.ljust(width)}  {'EP':>5} {'CPU':>5} {'shape':>5}  why on CPU"]
-    for key in sorted(counts):
-        c = counts[key]
-        why = "; ".join(sorted(reasons.get(key, ())))
-        lines.append(f"    {key.ljust(width)}  {c['ep']:>5} {c['cpu']:>5} {c['shape']:>5}  {why}")
-    return lines
+        label = "shape" if node.get("shape_computation") else node["placement"]
+        counts.setdefault(_op_key(node), collections.Counter())[label] += 1
+    return counts
 
 
-def format_report(report: dict[str, Any]) -> str:
-    """The human-readable form of :func:`placement_report`'s dict."""
-    lines = [
-        f"EP {report['ep']} (ORT {report['ort_version']}, table {report['table_source']})",
-        "candidates (opset: fallback nodes, Memcpy): "
-        + ", ".join(
-            f"{o}: {c['fallback']}, {c['memcpy']}" for o, c in report["candidates"].items()
-        ),
-    ]
-    legalized = report.get("legalized_candidates") or {}
-    if legalized:
-        lines.append(
-            "legalized candidates (opset: fallback nodes, Memcpy, nodes expanded): "
-            + ", ".join(
-                f"{o}: {c['fallback']}, {c['memcpy']}, {c['expanded']}"
-                for o, c in legalized.items()
+def _op_table(report: dict[str, Any], show_all: bool) -> Table | Text:
+    before = _placement_counts(report["before"])
+    after = _placement_counts(report["after"])
+    empty: collections.Counter[str] = collections.Counter()
+    labels = ("ep", "cpu", "shape")
+    rows = []
+    for op in sorted({*before, *after}):
+        b, a = before.get(op, empty), after.get(op, empty)
+        if show_all or any(b[label] != a[label] for label in labels):
+            rows.append((op, b, a))
+    if not rows:
+        return Text("placement per op: unchanged (--all lists every op)")
+    title = "placement per op" + ("" if show_all else ", ops that change (--all lists every op)")
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("op")
+    for side in ("before", "after"):
+        opset = report[side]["opset"]
+        table.add_column(f"{side} (opset {opset}): EP", justify="right")
+        table.add_column("CPU", justify="right")
+        table.add_column("shape", justify="right")
+    for op, b, a in rows:
+        cells = [str(b[label] or "") for label in labels] + [
+            str(a[label] or "") for label in labels
+        ]
+        table.add_row(op, *cells, style="red" if a["cpu"] else None)
+    return table
+
+
+def _decisions(report: dict[str, Any]) -> Table | None:
+    decisions = report.get("decisions") or []
+    if not decisions:
+        return None
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for d in decisions:
+        op = _op_key(d) + (f"-{d['since_version']}" if d["since_version"] is not None else "")
+        groups.setdefault((op, d["decision"], d["reason"]), []).append(d["node"] or "<unnamed>")
+    table = Table(
+        title="decisions about the nodes the EP cannot run",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
+    for name, justify in (("nodes", "right"), ("op", "left"), ("decision", "left")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    table.add_column("e.g.")
+    table.add_column("why")
+    style = {"cpu": "red", "lower": "green", "expand": "cyan", "ep_equivalent": "green"}
+    for (op, decision, reason), nodes in sorted(groups.items(), key=lambda g: -len(g[1])):
+        shown = ", ".join(nodes[:_MAX_NODE_NAMES]) + (
+            ", ..." if len(nodes) > _MAX_NODE_NAMES else ""
+        )
+        table.add_row(
+            str(len(nodes)), op, Text(decision, style=style.get(decision, "")), shown, reason
+        )
+    return table
+
+
+def render_report(
+    report: dict[str, Any], *, model_name: str | None = None, show_all: bool = False
+) -> RenderableType:
+    """The text report of :func:`placement_report`'s dict, as one rich renderable."""
+    parts: list[RenderableType] = [Text(_verdict(report, model_name), style="bold")]
+    if report.get("ort_version_assumed"):
+        parts.append(
+            Text(
+                f"note: no ORT release given, so ORT {report['ort_version']} is assumed for "
+                f"{ep_display_name(report['ep'])} (its shipped table); the prediction can "
+                "differ for yours: pass --ort-version",
+                style="yellow",
             )
         )
-    if report["blocked"]:
-        lines.append("lowest reachable opset is limited by:")
-        lines.extend(f"    {line}" for line in report["blocked"].splitlines()[1:])
-    for title in ("before", "after"):
-        side = report[title]
-        legal = " (legalized)" if title == "after" and report.get("legalized") else ""
-        lines.append(
-            f"{title}: opset {side['opset']}{legal}, {side['fallback']} fallback nodes, "
-            f"~{side['memcpy']} Memcpy nodes"
-        )
-        lines.extend(_op_table(side))
-    decisions = report.get("decisions") or []
-    if decisions:
-        lines.append("decisions for the nodes the EP cannot run (node (op): decision: why):")
-        lines.extend(_decision_lines(decisions))
-    return "\n".join(lines)
+    parts.append(_candidates(report))
+    if report.get("blocked"):
+        lines = str(report["blocked"]).splitlines()
+        parts.append(Text(f"lower opsets are out of reach: {lines[0]}"))
+        for line in lines[1 : 1 + _MAX_BLOCKED_LINES]:
+            parts.append(Text(f"  {line.strip()}", no_wrap=True, overflow="ellipsis"))
+        if len(lines) - 1 > _MAX_BLOCKED_LINES:
+            parts.append(Text(f"  ... and {len(lines) - 1 - _MAX_BLOCKED_LINES} more"))
+    parts.append(_op_table(report, show_all))
+    decisions = _decisions(report)
+    if decisions is not None:
+        parts.append(decisions)
+    return Group(*parts)
 
 
-def _decision_lines(decisions: list[dict[str, Any]]) -> list[str]:
-    lines = []
-    for d in decisions:
-        op = f"{d['domain']}::{d['op_type']}" if d["domain"] else d["op_type"]
-        version = f"-{d['since_version']}" if d["since_version"] is not None else ""
-        lines.append(
-            f"    {d['node'] or '<unnamed>'} ({op}{version}): {d['decision']}: {d['reason']}"
-        )
-    return lines
+def print_report(
+    report: dict[str, Any],
+    *,
+    model_name: str | None = None,
+    show_all: bool = False,
+    file: IO[str] | None = None,
+) -> None:
+    """Print the text report to ``file`` (stdout), in colour when it is a terminal."""
+    out = file or sys.stdout
+    terminal = out.isatty()
+    console = Console(file=out, width=None if terminal else 160, highlight=False)
+    console.print(render_report(report, model_name=model_name, show_all=show_all))
+
+
+def format_report(
+    report: dict[str, Any], *, model_name: str | None = None, show_all: bool = False
+) -> str:
+    """The text report as plain text (no colour)."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=160, color_system=None, highlight=False)
+    console.print(render_report(report, model_name=model_name, show_all=show_all))
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()).strip("\n")

@@ -61,13 +61,16 @@ def lower_for_ep(
     *,
     ort_version: str | None = None,
     target_opset: int | None = None,
+    legalize: bool = True,
 ) -> EpLoweringChoice | None:
     """Lower ``program.model`` in place to the opset best for ``ep``; return the choice.
 
-    Returns None for the CPU EP (nothing to lower). See
-    :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass` for the arguments.
+    Returns None for the CPU EP (nothing to lower); ``choice.summary()`` is the verdict
+    line. See :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass` for the arguments
+    (``legalize=False``: only choose the opset, never expand a node).
     """
-    result = LowerOpsetForEpPass(ep, ort_version, target_opset)(_model_of(program))
+    lowering = LowerOpsetForEpPass(ep, ort_version, target_opset, legalize=legalize)
+    result = lowering(_model_of(program))
     if result.modified:
         _model_changed(program)
     assert isinstance(result, EpLoweringResult)

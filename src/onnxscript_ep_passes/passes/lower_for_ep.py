@@ -49,6 +49,7 @@ __all__ = [
     "choose_target_opset",
 ]
 
+import collections
 import dataclasses
 import logging
 
@@ -68,6 +69,7 @@ from onnxscript_ep_passes.lowering.lower_opset import (
     run_lowering,
 )
 from onnxscript_ep_passes.passes.legalize import LegalizationDecision, LegalizationResult, legalize
+from onnxscript_ep_passes.verdict import verdict
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +94,8 @@ class EpLoweringChoice:
             without legalization, at the chosen one.
         plan: The nodes each legalized candidate expanded (nodes of that candidate's copy
             of the model), per opset.
+        ort_version_assumed: The caller named no ORT release and the table is a shipped
+            snapshot (not listed from the installed ORT): ``ort_version`` is a default.
     """
 
     ep: str
@@ -105,6 +109,7 @@ class EpLoweringChoice:
     legalized_predictions: dict[int, PlacementPrediction] = dataclasses.field(default_factory=dict)
     decisions: tuple[LegalizationDecision, ...] = ()
     plan: dict[int, tuple[ir.Node, ...]] = dataclasses.field(default_factory=dict)
+    ort_version_assumed: bool = False
 
     @property
     def before(self) -> PlacementPrediction:
@@ -120,6 +125,36 @@ class EpLoweringChoice:
     def expanded(self) -> tuple[ir.Node, ...]:
         """The nodes the chosen candidate expands (empty unless ``legalized``)."""
         return self.plan.get(self.chosen_opset, ()) if self.legalized else ()
+
+    @property
+    def changes_model(self) -> bool:
+        """Whether applying the choice changes the model (a lower opset or expansions)."""
+        return self.chosen_opset < self.source_opset or self.legalized
+
+    def summary(self, model: str | None = None) -> str:
+        """The verdict line, e.g. ``opset 25 -> 24 on WebGPU (ORT 1.32, live table):
+        Memcpy 376 -> 4, CPU nodes 493 -> 59`` (:func:`~onnxscript_ep_passes.verdict.verdict`);
+        ``model`` prefixes it with the model's name."""
+        return verdict(
+            ep=self.ep,
+            ort_version=self.ort_version,
+            table_source=self.table_source,
+            source_opset=self.source_opset,
+            chosen_opset=self.chosen_opset,
+            memcpy=(self.before.memcpy, self.after.memcpy),
+            cpu_nodes=(len(self.before.fallback_nodes), len(self.after.fallback_nodes)),
+            expanded=len(self.expanded),
+            assumed=self.ort_version_assumed,
+            model=model,
+        )
+
+    def __repr__(self) -> str:
+        # The dataclass repr would print every node of every prediction (megabytes).
+        legalized = sorted(self.legalized_predictions)
+        return (
+            f"<EpLoweringChoice {self.summary()}; candidates {sorted(self.predictions)}"
+            f"{f', legalized {legalized}' if legalized else ''}, {len(self.decisions)} decisions>"
+        )
 
 
 @dataclasses.dataclass
@@ -421,45 +456,43 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
         choice, legalized_model = _search(
             model, table, self.target_opset, MIN_TARGET_OPSET, self.legalize
         )
+        if self.table is None and self.ort_version is None and not table.source.startswith("live:"):
+            choice = dataclasses.replace(choice, ort_version_assumed=True)
         modified = False
         if legalized_model is not None:
             adopt(model, legalized_model)
             modified = True
         elif choice.chosen_opset < choice.source_opset:
             modified = run_lowering(model, choice.chosen_opset).modified
-        _log(model, self.ep, table, choice)
+        _log(model, self.ep, choice)
         return EpLoweringResult(model, modified, choice)
 
 
-def _log(model: ir.Model, ep: str, table: KernelTable, choice: EpLoweringChoice) -> None:
+def _log(model: ir.Model, ep: str, choice: EpLoweringChoice) -> None:
     for decision in choice.decisions:  # the nodes left on CPU are warned about below
         level = logging.DEBUG if decision.decision == "cpu" else logging.INFO
         logger.log(level, "'%s' on %s: %s", model.graph.name, ep, decision)
     after = choice.after
-    logger.info(
-        "Model '%s' for %s (ORT %s, %s): opset %d -> %d%s; predicted fallback nodes %d -> %d, "
-        "Memcpy %d -> %d. Track when this workaround can go: %s",
-        model.graph.name,
-        ep,
-        table.ort_version,
-        table.source,
-        choice.source_opset,
-        choice.chosen_opset,
-        f" (legalized: {len(choice.expanded)} nodes expanded)" if choice.legalized else "",
-        len(choice.before.fallback_nodes),
-        len(after.fallback_nodes),
-        choice.before.memcpy,
-        after.memcpy,
-        ORT_TRACKING_ISSUE,
-    )
+    if choice.changes_model:
+        logger.info(
+            "Model '%s': %s. Track when this workaround can go: %s",
+            model.graph.name,
+            choice.summary(),
+            ORT_TRACKING_ISSUE,
+        )
+    else:  # no tracking link: nothing was worked around
+        logger.info("Model '%s': nothing to do: %s", model.graph.name, choice.summary())
     if after.fallback_nodes:
+        groups = collections.Counter(
+            (n.op_type, n.since_version, n.reason) for n in after.fallback_nodes
+        )
         logger.warning(
             "%d nodes of '%s' are still predicted to fall back to CPU on %s:\n%s",
             len(after.fallback_nodes),
             model.graph.name,
             ep,
             "\n".join(
-                f"  - {n.name or '<unnamed>'} ({n.op_type}-{n.since_version}): {n.reason}"
-                for n in after.fallback_nodes
+                f"  - {count} x {op}-{version}: {reason}"
+                for (op, version, reason), count in groups.most_common()
             ),
         )
