@@ -24,6 +24,7 @@ Usage (repository root, the project's venv)::
 
     python benchmarks/bench_fusion.py                    # prints the table
     python benchmarks/bench_fusion.py --write benchmarks/results_fusion.md
+    python benchmarks/run_all.py --only fusion          # the same, via the runner
 
 ``--write`` writes that Markdown file (with the commit and date) and the raw numbers as
 JSON beside it (same name, ``.json``).
@@ -292,12 +293,16 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="llama,qwen3,gemma3,phi3")
-    parser.add_argument("--opsets", default="24")
+    parser.add_argument("--opsets", default="23,24,25")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--no-genai", action="store_true", help="skip ORT GenAI's builder")
     parser.add_argument("--write", type=Path, help="write the Markdown here (+ .json beside)")
+    parser.add_argument("--out-dir", type=Path, help="write results_fusion.md/.json here")
     args = parser.parse_args(argv)
+    if args.out_dir and not args.write:
+        args.write = args.out_dir / "results_fusion.md"
+    commit = _git_commit()  # the code measured, before anything can change the tree
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     for name in ("onnxscript", "onnx_ir", "onnxscript_ep_passes"):
         logging.getLogger(name).setLevel(logging.ERROR)
@@ -313,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     json_path = args.write.with_suffix(".json") if args.write else None
     meta = {
-        "commit": _git_commit(),
+        "commit": commit,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "platform": f"{platform.machine()}, {os.cpu_count()} CPUs",
         "ort": ort.__version__,

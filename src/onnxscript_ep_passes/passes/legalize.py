@@ -68,6 +68,7 @@ from onnxscript_ep_passes.lowering.context import NodeRefusedError
 from onnxscript_ep_passes.lowering.expansion import expand_node, function_body_version
 from onnxscript_ep_passes.lowering.lower_opset import default_opset
 from onnxscript_ep_passes.passes.static_shapes import fold_static_shapes
+from onnxscript_ep_passes.progress import track
 
 logger = logging.getLogger(__name__)
 
@@ -198,7 +199,8 @@ class _Search:
             if not groups:
                 break
             progress = False
-            for op_type, nodes in groups.items():
+            trials = track(groups.items(), f"legalize at opset {self.opset}", len(groups))
+            for op_type, nodes in trials:
                 self.tried.update(nodes)
                 accepted, current = self._try_group(nodes, current)
                 self.expanded.extend(accepted)
@@ -304,8 +306,8 @@ def legalize(
     search = _Search(model, table, opset)
     after = search.run(before)
     decisions = _decisions(before, after, search, opset)
-    if search.expanded:
-        logger.info(
+    if search.expanded:  # one of many trials in an EP search: the EP pass logs the summary
+        logger.debug(
             "Legalized '%s' for %s at opset %d: expanded %d nodes (%s); predicted %s -> %s",
             model.graph.name,
             table.ep,
@@ -406,4 +408,14 @@ class LegalizeForEpPass(ir.passes.InPlacePass):
             return LegalizeForEpResult(model, False)
         table = self.table or get_table(self.ep, self.ort_version)
         result = legalize(model, table)
+        logger.info(
+            "Legalized '%s' for %s at opset %d: %d nodes expanded%s",
+            model.graph.name,
+            table.ep,
+            result.opset,
+            len(result.expanded),
+            f"; predicted {placement_cost(result.before)} -> {placement_cost(result.after)}"
+            if result.before is not None and result.after is not None
+            else "",
+        )
         return LegalizeForEpResult(model, result.modified, result)
