@@ -265,47 +265,22 @@ _REPORT_EXAMPLES = """\
   onnxscript-ep-passes report model.onnx --ep cuda --ort-version 1.24 --json"""
 
 
-# -- optimize ------------------------------------------------------------------------
+# -- optimize (arguments and run in optimize_cli.py) ------------------------------------
 
 
 def _optimize_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="input .onnx file")
-    parser.add_argument("-o", "--output", required=True, help="output .onnx file")
-    parser.add_argument("--ep", required=True, help="webgpu, cuda, dml, or an ORT EP name")
-    parser.add_argument("--ort-version", help="the ORT release the model will run on")
-    parser.add_argument("--target-opset", type=int, help="lower to this opset, not the best")
-    parser.add_argument("--no-legalize", action="store_true", help="never expand nodes")
-    parser.add_argument("--no-fuse", action="store_true", help="no com.microsoft fusions")
-    parser.add_argument(
-        "--max-length",
-        type=int,
-        default=4096,
-        help="longest past + current sequence a fused attention must support (default 4096)",
-    )
-    parser.add_argument("--report-json", help="write what was fused (JSON) to this file")
+    from onnxscript_ep_passes.optimize_cli import add_arguments
+
+    add_arguments(parser)
 
 
 def _optimize(args: argparse.Namespace) -> int:
-    from onnxscript_ep_passes.model_io import load_model, save_model
-    from onnxscript_ep_passes.pipeline import OptimizeForEpPass
+    from onnxscript_ep_passes.optimize_cli import run
 
-    model = load_model(args.model)
-    pipeline = OptimizeForEpPass(
-        args.ep,
-        args.ort_version,
-        args.target_opset,
-        legalize=not args.no_legalize,
-        fuse=not args.no_fuse,
-        max_length=args.max_length,
-    )
     with _stdout_to_stderr():
-        pipeline(model)
-    for record in pipeline.fusions:
-        _say(args, f"fusion {record.summary()}")
-    save_model(model, args.output)
-    if args.report_json:
-        Path(args.report_json).write_text(json.dumps(pipeline.report(), indent=1) + "\n")
-    _say(args, f"wrote {args.output}")
+        lines = run(args)
+    for line in lines:
+        _say(args, line)
     return 0
 
 
