@@ -18,7 +18,8 @@ import onnx.helper as oh
 import pytest
 from onnx import TensorProto, numpy_helper
 
-from onnxscript_ep_passes.cli import EXIT_BAD_INPUT, main
+from onnxscript_ep_passes.cli import main
+from onnxscript_ep_passes.errors import EXIT_BAD_INPUT
 from tests.harness import make_model, run_cli
 
 X = oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])

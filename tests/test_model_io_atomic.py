@@ -18,7 +18,8 @@ import onnx.helper as oh
 import pytest
 from onnx import TensorProto, numpy_helper
 
-from onnxscript_ep_passes.cli import EXIT_BAD_INPUT, EXIT_USAGE, main
+from onnxscript_ep_passes.cli import main
+from onnxscript_ep_passes.errors import EXIT_BAD_INPUT, EXIT_USAGE
 from tests.harness import make_model, run_cli, run_model
 
 _ROWS = 1024  # weights of 1024x1024 float: 4 MiB per model

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, numpy_helper
 
-from onnxscript_ep_passes.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED, main
+from onnxscript_ep_passes.cli import main
+from onnxscript_ep_passes.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
 from tests.harness import make_model
 
 

@@ -22,17 +22,7 @@ written).
 
 from __future__ import annotations
 
-__all__ = [
-    "COMMANDS",
-    "EXIT_BAD_INPUT",
-    "EXIT_OK",
-    "EXIT_REFUSED",
-    "EXIT_STATUS_HELP",
-    "EXIT_USAGE",
-    "Command",
-    "UsageError",
-    "main",
-]
+__all__ = ["COMMANDS", "EXIT_STATUS_HELP", "Command", "UsageError", "main"]
 
 import argparse
 import contextlib
@@ -51,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from onnxscript_ep_passes import __version__
-from onnxscript_ep_passes.errors import DowngradeError, InvalidModelError
+from onnxscript_ep_passes.errors import EXIT_BAD_INPUT, EXIT_REFUSED, DowngradeError, one_line
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -63,10 +53,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("onnxscript_ep_passes")
 
 PROG = "onnxscript-ep-passes"
-EXIT_OK = 0
-EXIT_BAD_INPUT = 1  # the input is not a usable model, or reading/writing failed
-EXIT_USAGE = 2  # wrong arguments (argparse's own status)
-EXIT_REFUSED = 3  # a valid model that cannot be lowered exactly
 
 EXIT_STATUS_HELP = """\
 exit status:
@@ -150,12 +136,7 @@ def _lower(args: argparse.Namespace) -> int:
         raise UsageError("lower needs --target-opset N or --ep NAME")
     if args.ep is None and (args.ort_version or args.no_legalize):
         raise UsageError("--ort-version and --no-legalize need --ep")
-    from onnxscript_ep_passes.model_io import (
-        check_output_path,
-        load_model,
-        reference_problem,
-        save_model,
-    )
+    from onnxscript_ep_passes.model_io import check_output_path, load_model, save_model
 
     name = Path(args.model).name
     external = {"auto": None, "always": True, "never": False}[args.external_data]
@@ -166,8 +147,7 @@ def _lower(args: argparse.Namespace) -> int:
             _say(args, f"wrote {args.output}")
             return 0
     model = load_model(args.model)
-    check_output_path(model, args.output)
-    if args.weights == "reference" and (problem := reference_problem(model, args.output)):
+    if problem := check_output_path(model, args.output, args.weights):
         raise UsageError(problem)
     source = _model_opset(model)
     with _stdout_to_stderr():
@@ -510,21 +490,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"{error}\n")
         return EXIT_REFUSED
     except Exception as error:  # every other failure: one line, exit 1, never a traceback
-        logger.error("%s", _one_line(args, error))
+        logger.error("%s", one_line(error, getattr(args, "model", PROG)))
         logger.debug("traceback", exc_info=error)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        logger.error("interrupted; OUT was not written")
-        return 130
-
-
-def _one_line(args: argparse.Namespace, error: Exception) -> str:
-    text = " ".join(str(error).split()) or type(error).__name__
-    if isinstance(error, (InvalidModelError, OSError, ValueError)):
-        return text
-    if isinstance(error, (MemoryError, RecursionError)):
-        return f"{args.model}: the model is too large or too deeply nested to process"
-    return f"{getattr(args, 'model', PROG)}: internal error ({type(error).__name__}: {text}); rerun with -v"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,10 +8,25 @@
 
 from __future__ import annotations
 
-__all__ = ["DowngradeError", "InvalidModelError", "Refusal", "built_node_reason"]
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_USAGE",
+    "DowngradeError",
+    "InvalidModelError",
+    "Refusal",
+    "built_node_reason",
+    "one_line",
+]
 
 import dataclasses
 from collections.abc import Sequence
+
+EXIT_OK = 0  # the command line's exit status: success
+EXIT_BAD_INPUT = 1  # the input is not a usable model, or reading/writing failed
+EXIT_USAGE = 2  # wrong arguments (argparse's own status)
+EXIT_REFUSED = 3  # a valid model that cannot be lowered exactly
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,3 +115,14 @@ class InvalidModelError(ValueError):
     The message is one line: the file, then the problem (naming the node, attribute,
     tensor or location where there is one).
     """
+
+
+def one_line(error: BaseException, where: str) -> str:
+    """A failure other than a refusal, as the command line reports it: one line."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, (InvalidModelError, OSError, ValueError)):
+        return text
+    if isinstance(error, (MemoryError, RecursionError)):
+        return f"{where}: the model is too large or too deeply nested to process"
+    # A bug, or a model the checks let through; -v logs the traceback.
+    return f"{where}: internal error ({type(error).__name__}: {text}); rerun with -v"

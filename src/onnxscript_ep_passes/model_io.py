@@ -176,8 +176,11 @@ def data_files(model: ir.Model) -> set[Path]:
     return {_file_of(t) for t in _all_tensors(model) if isinstance(t, ir.ExternalTensor)}
 
 
-def check_output_path(model: ir.Model, path: str | os.PathLike[str]) -> None:
-    """Refuse an output path that is a directory or a file ``model``'s weights are read from."""
+def check_output_path(
+    model: ir.Model, path: str | os.PathLike[str], weights: WeightsMode = "copy_file"
+) -> str | None:
+    """Refuse (ValueError, OSError) an output path that is a directory or a file ``model``'s
+    weights are read from; return why ``weights`` cannot be used for it (None if it can)."""
     out = Path(os.path.abspath(path))
     if out.is_dir():
         raise IsADirectoryError(f"output '{path}' is a directory")
@@ -186,6 +189,7 @@ def check_output_path(model: ir.Model, path: str | os.PathLike[str]) -> None:
             f"refusing to write '{path}': the input's weights are read from that file; "
             "choose another output path"
         )
+    return reference_problem(model, out) if weights == "reference" else None
 
 
 def reference_problem(model: ir.Model, path: str | os.PathLike[str]) -> str | None:
