@@ -41,7 +41,6 @@ from onnxscript_ep_passes.ep.live_tables import live_table
 from onnxscript_ep_passes.ep.names import CPU_EP, normalize_domain
 from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatScope, FlatValue
 from onnxscript_ep_passes.ep.placement.kernels import decide_kernel, infer_types, type_proto
-from onnxscript_ep_passes.lowering.ort_kernels import ort_only
 
 logger = logging.getLogger(__name__)
 
@@ -202,8 +201,10 @@ class Flattener:
             opset = opsets.get(domain, 1)
             schema = get_schema(node.op_type, opset, domain)
             since = schema.since_version if schema is not None else opset
-            if schema is None and ort_only(node.op_type, domain):
-                since = 1  # ORT's own schema (SimplifiedLayerNormalization ...) starts at 1
+            if schema is None and domain == "":
+                # ORT's own ops in the ONNX domain (SimplifiedLayerNormalization, ...) are
+                # all registered at version 1, whatever the model's opset.
+                since = 1
             body = self._body_ort_inlines(node, domain, schema, inputs)
             if body is not None:
                 inner = dataclasses.replace(origin, inlined_from=origin.inlined_from or node)
