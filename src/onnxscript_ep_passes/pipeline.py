@@ -6,9 +6,11 @@
 2. :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass` (the opset best for the EP);
 3. the optimizer and the fusions again, on a copy that shares the weights: fusions that
    only fire at the lower opset (onnxscript fuses RMSNormalization, RotaryEmbedding and
-   GQA only at opset 23) are recovered. The copy replaces the model only when the
-   predicted placement on the EP is no worse (fallback nodes, then Memcpy nodes), so a
-   fusion into an op the EP cannot run is never kept.
+   GQA only at opset 23) are recovered. The copy replaces the model only when its
+   estimated cost on the EP (:mod:`~onnxscript_ep_passes.ep.objective`) is no higher, so
+   a fusion into an op the EP cannot run is never kept.
+
+``dims``, ``measure`` and ``kernel_table`` are passed to the lowering (step 2).
 
 :data:`ep_pass_list` gives the same passes as a list, to append to one's own pipeline.
 """
@@ -18,13 +20,18 @@ from __future__ import annotations
 __all__ = ["ep_pass_list", "optimize_for_ep"]
 
 import logging
+import os
+from collections.abc import Mapping
 
 import onnx_ir as ir
 from onnxscript.optimizer import optimize
 from onnxscript.rewriter import onnx_fusions
 
-from onnxscript_ep_passes.ep.kernel_table import KernelTable, canonical_ep_name, get_table
+from onnxscript_ep_passes.ep.dims import DimSizes
+from onnxscript_ep_passes.ep.kernel_table import KernelTable, canonical_ep_name
+from onnxscript_ep_passes.ep.objective import estimate_cost
 from onnxscript_ep_passes.ep.placement import predict_placement
+from onnxscript_ep_passes.ep.table_source import resolve_table
 from onnxscript_ep_passes.passes.lower_for_ep import CPU_EPS, LowerOpsetForEpPass
 
 logger = logging.getLogger(__name__)
@@ -63,28 +70,35 @@ def optimize_for_ep(
     ort_version: str | None = None,
     target_opset: int | None = None,
     table: KernelTable | None = None,
+    dims: DimSizes | Mapping[str, int] | str | None = None,
+    measure: bool = False,
+    kernel_table: str | os.PathLike[str] | None = None,
 ) -> ir.Model:
     """Optimize ``model`` for ``ep`` in place (see module docstring) and return it."""
     _OptimizeAndFuse()(model)
     canonical = canonical_ep_name(ep)
     if canonical in CPU_EPS:
         return model
-    table = table or get_table(canonical, ort_version)
-    lowering = LowerOpsetForEpPass(canonical, ort_version, target_opset, table=table)
+    sizes = DimSizes.of(dims)
+    table = table or resolve_table(
+        canonical, ort_version, kernel_table=kernel_table, measure=measure
+    )
+    lowering = LowerOpsetForEpPass(
+        canonical, ort_version, target_opset, table=table, dims=sizes, measure=measure
+    )
     if not lowering(model).modified:
         return model
     candidate = model.clone()
     _OptimizeAndFuse()(candidate)
-    before, after = predict_placement(model, table), predict_placement(candidate, table)
-    score_before = (len(before.fallback_nodes), before.memcpy)
-    score_after = (len(after.fallback_nodes), after.memcpy)
-    if score_after <= score_before:
+    score_before = estimate_cost(predict_placement(model, table), model, sizes)
+    score_after = estimate_cost(predict_placement(candidate, table), candidate, sizes)
+    if not score_before.improves_on(score_after):
         model.graph = candidate.graph
         model.functions.clear()
         model.functions.update(candidate.functions)
     else:
         logger.info(
-            "kept the unfused model: fusing would give %s fallback/Memcpy instead of %s on %s",
+            "kept the unfused model: fusing would cost %s instead of %s on %s",
             score_after,
             score_before,
             canonical,

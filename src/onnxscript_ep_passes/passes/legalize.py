@@ -21,9 +21,11 @@ rewrites such nodes, at the model's opset, when that moves work onto the EP. Rul
    not used). Nodes left without a use are removed. Only nodes built by the rewrite (or
    by the lowering) are folded; the rest of the model is not touched. This is exact, given
    the model's declared static dimensions.
-4. **Cost decision.** An expansion is kept only when the predicted placement of the whole
-   model gets strictly better: fewer fallback nodes, or as many and fewer Memcpy nodes
-   (:func:`placement_cost`). The fallback nodes of one op type are tried together first;
+4. **Cost decision.** An expansion is kept only when the estimated cost of the whole
+   model's predicted placement gets strictly lower, and the result does not move more
+   bytes and leave more CPU compute at once
+   (:meth:`~onnxscript_ep_passes.ep.objective.CostEstimate.improves_on`; symbolic
+   dimensions sized by ``dims``). The fallback nodes of one op type are tried together first;
    when that does not pay, up to ``_MAX_SINGLE_TRIES`` of them one by one. Trials run on
    a copy of the model (sharing the weights); kept expansions are then replayed on the
    model. Kept expansions may expose new candidates (a body node that is a function op):
@@ -52,7 +54,7 @@ import dataclasses
 import logging
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
 import numpy as np
@@ -61,7 +63,9 @@ import onnx.helper
 import onnx.reference
 import onnx_ir as ir
 
+from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.kernel_table import KernelTable, canonical_ep_name, get_table
+from onnxscript_ep_passes.ep.objective import CostEstimate, estimate_cost
 from onnxscript_ep_passes.ep.placement import NodePlacement, PlacementPrediction, predict_placement
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.context import NodeRefusedError
@@ -145,7 +149,7 @@ class LegalizationResult:
 
 
 def placement_cost(prediction: PlacementPrediction) -> tuple[int, int]:
-    """``(fallback nodes, Memcpy nodes)``: lower is better, compared in that order."""
+    """``(fallback nodes, Memcpy nodes)``, for reports; decisions use the EP objective."""
     return (len(prediction.fallback_nodes), prediction.memcpy)
 
 
@@ -343,8 +347,8 @@ def _why_refused(model: ir.Model, name: str, opset: int) -> str | None:
     return None
 
 
-def _describe(cost: tuple[int, int]) -> str:
-    return f"{cost[0]} fallback nodes, {cost[1]} Memcpy"
+def _describe(cost: CostEstimate) -> str:
+    return f"{cost.fallback_nodes} fallback nodes, {cost}"
 
 
 def legalize(
@@ -354,6 +358,7 @@ def legalize(
     built: Iterable[ir.Node] = (),
     plan: Sequence[str] | None = None,
     prediction: PlacementPrediction | None = None,
+    dims: DimSizes | None = None,
 ) -> LegalizationResult:
     """Legalize ``model`` in place for ``table``'s EP at its current opset (module docstring).
 
@@ -366,6 +371,7 @@ def legalize(
             ``expanded`` list of an earlier result on the same model.
         prediction: The model's predicted placement on ``table``, when already known
             (used only when nothing was folded).
+        dims: Sizes of symbolic dimensions for the cost estimate (default sizes if None).
 
     Returns:
         The decisions, the expanded nodes and the predictions before and after (None in
@@ -381,9 +387,11 @@ def legalize(
             raise RuntimeError(f"replaying the legalization failed for nodes {failed}")
         return LegalizationResult(opset, [], list(plan), folded, None, None)
 
+    sizes = dims or DimSizes()
     if prediction is None or folded:
         prediction = predict_placement(model, table)
     before = prediction
+    before_cost = current_cost = estimate_cost(prediction, model, sizes)
     local = _local_functions(model)
     parents = _inlined_parents(model, before, opset)
     current = before
@@ -415,7 +423,9 @@ def legalize(
         progress = False
         for op_type, names in groups.items():
             tried.update(names)
-            accepted, current, reasons = _try_group(model, table, names, opset, current)
+            accepted, current, current_cost, reasons = _try_group(
+                model, table, names, opset, (current, current_cost), sizes
+            )
             expanded.extend(accepted)
             expanded_ops[op_type] += len(accepted)
             kept_on_cpu.update(reasons)
@@ -424,7 +434,8 @@ def legalize(
         if not progress:
             break
 
-    decisions = _decisions(before, current, expanded, kept_on_cpu, opset, local, parents)
+    gain = f"predicted {_describe(before_cost)} -> {_describe(current_cost)}"
+    decisions = _decisions(before, gain, expanded, kept_on_cpu, opset, local, parents)
     after = current
     if expanded:
         logger.info(
@@ -434,8 +445,8 @@ def legalize(
             opset,
             len(expanded),
             ", ".join(f"{op} x{n}" for op, n in sorted(expanded_ops.items())),
-            _describe(placement_cost(before)),
-            _describe(placement_cost(after)),
+            _describe(before_cost),
+            _describe(current_cost),
         )
     return LegalizationResult(opset, decisions, expanded, folded, before, after)
 
@@ -483,31 +494,35 @@ def _not_a_candidate(placed: NodePlacement, by_name: dict[str, ir.Node], opset: 
     return None
 
 
+_State = tuple[PlacementPrediction, CostEstimate]
+
+
 def _try_group(
     model: ir.Model,
     table: KernelTable,
     names: list[str],
     opset: int,
-    current: PlacementPrediction,
-) -> tuple[list[str], PlacementPrediction, dict[str, str]]:
+    state: _State,
+    sizes: DimSizes,
+) -> tuple[list[str], PlacementPrediction, CostEstimate, dict[str, str]]:
     """Expand ``names`` if it pays: all together, else up to a few one by one."""
     reasons: dict[str, str] = {}
-    accepted, current, why = _try(model, table, names, opset, current)
+    accepted, state, why = _try(model, table, names, opset, state, sizes)
     if accepted:
-        return accepted, current, reasons
+        return accepted, *state, reasons
     if len(names) == 1:
         reasons[names[0]] = why
-        return [], current, reasons
+        return [], *state, reasons
     kept: list[str] = []
     for index, name in enumerate(names):
         if index >= _MAX_SINGLE_TRIES:
             reasons[name] = f"{why} (not tried alone: the first {_MAX_SINGLE_TRIES} did not pay)"
             continue
-        ok, current, single_why = _try(model, table, [name], opset, current)
+        ok, state, single_why = _try(model, table, [name], opset, state, sizes)
         kept.extend(ok)
         if not ok:
             reasons[name] = single_why
-    return kept, current, reasons
+    return kept, *state, reasons
 
 
 def _try(
@@ -515,33 +530,32 @@ def _try(
     table: KernelTable,
     names: list[str],
     opset: int,
-    current: PlacementPrediction,
-) -> tuple[list[str], PlacementPrediction, str]:
-    """Expand ``names`` on a copy; replay on ``model`` when the prediction improves."""
+    state: _State,
+    sizes: DimSizes,
+) -> tuple[list[str], _State, str]:
+    """Expand ``names`` on a copy; replay on ``model`` when the estimated cost improves."""
     trial = model.clone()
     failed = _expand_and_fold(trial, names, opset)
     if len(failed) == len(names):
         why = _why_refused(model, failed[0], opset) or "the expansion failed"
-        return [], current, f"cannot be expanded: {why}"
+        return [], state, f"cannot be expanded: {why}"
     done = [n for n in names if n not in failed]
     prediction = predict_placement(trial, table)
-    old, new = placement_cost(current), placement_cost(prediction)
-    if new >= old:
+    old, new = state[1], estimate_cost(prediction, trial, sizes)
+    if not new.improves_on(old):
         return (
             [],
-            current,
-            (
-                f"expanding it would not help: predicted {_describe(new)} instead of {_describe(old)}"
-            ),
+            state,
+            f"expanding it would not help: predicted {_describe(new)} instead of {_describe(old)}",
         )
     again = _expand_and_fold(model, done, opset)
     assert not again, again
-    return done, prediction, ""
+    return done, (prediction, new), ""
 
 
 def _decisions(
     before: PlacementPrediction,
-    after: PlacementPrediction,
+    gain: str,
     expanded: Sequence[str],
     kept_on_cpu: dict[str, str],
     opset: int,
@@ -549,7 +563,6 @@ def _decisions(
     parents: dict[str, ir.Node],
 ) -> list[LegalizationDecision]:
     expanded_set = set(expanded)
-    gain = f"predicted {_describe(placement_cost(before))} -> {_describe(placement_cost(after))}"
     decisions: list[LegalizationDecision] = []
     for placed in before.fallback_nodes:
         if placed.inserted_by_ort or _inlined_by_ort(placed, local_functions):
@@ -607,14 +620,21 @@ class LegalizeForEpPass(ir.passes.InPlacePass):
         ep: The EP, by ORT name or alias ("webgpu", "cuda", "dml").
         ort_version: The ORT release; None for the installed one.
         table: A kernel table to use instead of looking one up.
+        dims: Sizes of symbolic dimensions for the cost estimate (see :mod:`..ep.dims`).
 
     After a run, ``last_result`` holds the :class:`LegalizationResult` (None for CPU).
     """
 
     def __init__(
-        self, ep: str, ort_version: str | None = None, *, table: KernelTable | None = None
+        self,
+        ep: str,
+        ort_version: str | None = None,
+        *,
+        table: KernelTable | None = None,
+        dims: DimSizes | Mapping[str, int] | str | None = None,
     ) -> None:
         super().__init__()
+        self.dims = DimSizes.of(dims)
         self.ep = canonical_ep_name(ep)
         self.ort_version = ort_version
         self.table = table
@@ -625,6 +645,6 @@ class LegalizeForEpPass(ir.passes.InPlacePass):
         if self.ep == "CPUExecutionProvider":
             return ir.passes.PassResult(model, modified=False)
         table = self.table or get_table(self.ep, self.ort_version)
-        result = legalize(model, table)
+        result = legalize(model, table, dims=self.dims)
         self.last_result = result
         return ir.passes.PassResult(model, modified=result.modified)

@@ -1,0 +1,185 @@
+"""The EP objective: what running a predicted placement costs, in estimated microseconds.
+
+A fallback node is not a cost: ORT keeps small int64 shape arithmetic on CPU on purpose,
+and such a node moves a few bytes. What a user pays is data crossing the device boundary
+and real compute left on the CPU. :func:`estimate_cost` prices a
+:class:`~onnxscript_ep_passes.ep.placement.PlacementPrediction` of a model:
+
+1. **Transfers.** Each predicted Memcpy costs ``MEMCPY_LATENCY_US`` (a copy and a stream
+   synchronisation) plus its bytes over ``LINK_BYTES_PER_US``. Its bytes are those of
+   the value it copies (:class:`~onnxscript_ep_passes.ep.compute.ValueSizes`), with
+   symbolic dimensions sized by :class:`~onnxscript_ep_passes.ep.dims.DimSizes`.
+2. **CPU compute.** Each node on CPU (fallback or ORT's shape-computation choice) costs
+   its work on the CPU, roofline style: ``max(flops / CPU_FLOPS_PER_US, bytes /
+   CPU_BYTES_PER_US)`` (:meth:`~onnxscript_ep_passes.ep.compute.ValueSizes.node_work`). An
+   Attention or MatMul on CPU dominates; an int64 ``Unsqueeze`` costs next to nothing.
+3. **EP compute**, the baseline: each node on the EP costs its work at the EP's rates
+   (``EP_FLOPS_PER_US``, ``EP_BYTES_PER_US``), so a rewrite that adds work on the EP
+   (an expansion materialising attention scores) pays for it.
+4. ``cost`` = transfers + CPU + EP, rounded to 0.001 us (equal placements tie exactly).
+   Node counts (fallback, CPU nodes, Memcpy) are reported, never compared.
+5. **Dominance** (:meth:`CostEstimate.dominates`): a candidate that moves strictly more
+   bytes across the boundary *and* leaves strictly more CPU compute than another never
+   wins, whatever its EP compute (:func:`undominated` filters candidates before the
+   cheapest is taken).
+
+The rates describe a generic discrete accelerator behind PCIe (10 us per Memcpy, 10 GB/s
+link, a 50 GFLOP/s / 20 GB/s CPU, a 5 TFLOP/s / 300 GB/s device). They rank candidates;
+they do not predict absolute latency (``--measure`` does).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CPU_BYTES_PER_US",
+    "CPU_FLOPS_PER_US",
+    "EP_BYTES_PER_US",
+    "EP_FLOPS_PER_US",
+    "LINK_BYTES_PER_US",
+    "MEMCPY_LATENCY_US",
+    "CostEstimate",
+    "estimate_cost",
+    "undominated",
+]
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+import onnx_ir as ir
+
+from onnxscript_ep_passes.ep.compute import UNKNOWN_ELEMENTS, NodeWork, ValueSizes
+from onnxscript_ep_passes.ep.dims import DimSizes
+from onnxscript_ep_passes.ep.shapes import infer_missing_shapes
+
+if TYPE_CHECKING:
+    from onnxscript_ep_passes.ep.placement import PlacementPrediction
+
+MEMCPY_LATENCY_US = 10.0
+LINK_BYTES_PER_US = 10_000.0
+CPU_FLOPS_PER_US = 50_000.0
+CPU_BYTES_PER_US = 20_000.0
+EP_FLOPS_PER_US = 5_000_000.0
+EP_BYTES_PER_US = 300_000.0
+
+_UNKNOWN_WORK = NodeWork(float(UNKNOWN_ELEMENTS), 8.0 * UNKNOWN_ELEMENTS)
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class CostEstimate:
+    """The estimated cost of one predicted placement (module docstring).
+
+    Attributes:
+        memcpy: Predicted Memcpy nodes.
+        memcpy_bytes: Bytes they move per run.
+        fallback_nodes: Nodes on CPU for lack of a kernel (reported, not compared).
+        cpu_nodes: All nodes on CPU (reported, not compared).
+        cpu_flops, ep_flops: Operations left on CPU / run on the EP.
+        transfer_us, cpu_us, ep_us: The three parts of the cost.
+    """
+
+    memcpy: int
+    memcpy_bytes: int
+    fallback_nodes: int
+    cpu_nodes: int
+    cpu_flops: float
+    ep_flops: float
+    transfer_us: float
+    cpu_us: float
+    ep_us: float
+
+    @property
+    def cost(self) -> float:
+        """Estimated microseconds per run (lower is better)."""
+        return round(self.transfer_us + self.cpu_us + self.ep_us, 3)
+
+    def dominates(self, other: CostEstimate) -> bool:
+        """Strictly fewer bytes moved and strictly less CPU compute than ``other``."""
+        return self.memcpy_bytes < other.memcpy_bytes and self.cpu_us < other.cpu_us
+
+    def improves_on(self, other: CostEstimate) -> bool:
+        """Worth switching to from ``other``: cheaper and not dominated by it."""
+        return self.cost < other.cost and not other.dominates(self)
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {**dataclasses.asdict(self), "cost": self.cost}
+
+    def __str__(self) -> str:
+        return (
+            f"~{self.cost:.1f} us ({self.memcpy} Memcpy moving {self.memcpy_bytes} B, "
+            f"{self.cpu_flops:.3g} FLOPs on CPU)"
+        )
+
+
+def undominated(items: Sequence[T], estimate: Callable[[T], CostEstimate]) -> list[T]:
+    """The items no other item dominates (rule 5), in their order."""
+    costs = [estimate(i) for i in items]
+    return [
+        item
+        for item, cost in zip(items, costs)
+        if not any(other.dominates(cost) for other in costs)
+    ]
+
+
+def _named_nodes(model: ir.Model) -> dict[str, ir.Node]:
+    """Model nodes by the name ORT reports (inlined local-function nodes prefixed)."""
+    found: dict[str, ir.Node] = {}
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        if node.name:
+            found.setdefault(node.name, node)
+    for function in model.functions.values():
+        for node in ir.traversal.RecursiveGraphIterator(function):
+            if node.name:
+                found.setdefault(f"_inlfunc_{function.name}_{node.name}", node)
+    return found
+
+
+def _named_values(model: ir.Model) -> dict[str, ir.Value]:
+    found: dict[str, ir.Value] = {}
+    for value in model.graph.inputs:
+        if value.name:
+            found.setdefault(value.name, value)
+    for value in model.graph.initializers.values():
+        if value.name:
+            found.setdefault(value.name, value)
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        for value in node.outputs:
+            if value.name:
+                found.setdefault(value.name, value)
+    return found
+
+
+def estimate_cost(
+    prediction: PlacementPrediction, model: ir.Model, sizes: DimSizes | None = None
+) -> CostEstimate:
+    """Price ``prediction``, a placement predicted for ``model`` (module docstring)."""
+    measure = ValueSizes(sizes or DimSizes(), infer_missing_shapes(model))
+    nodes = _named_nodes(model)
+    values = _named_values(model)
+    memcpy_bytes = 0
+    for transfer in prediction.transfers:
+        value = values.get(transfer.value)
+        memcpy_bytes += measure.bytes(value) if value is not None else 4 * UNKNOWN_ELEMENTS
+    cpu_flops = ep_flops = cpu_us = ep_us = 0.0
+    for placed in prediction.nodes:
+        node = None if placed.inserted_by_ort else nodes.get(placed.name)
+        work = measure.node_work(node) if node is not None else _UNKNOWN_WORK
+        if placed.placement == "cpu":
+            cpu_flops += work.flops
+            cpu_us += max(work.flops / CPU_FLOPS_PER_US, work.bytes / CPU_BYTES_PER_US)
+        else:
+            ep_flops += work.flops
+            ep_us += max(work.flops / EP_FLOPS_PER_US, work.bytes / EP_BYTES_PER_US)
+    return CostEstimate(
+        memcpy=prediction.memcpy,
+        memcpy_bytes=memcpy_bytes,
+        fallback_nodes=len(prediction.fallback_nodes),
+        cpu_nodes=len(prediction.cpu_nodes),
+        cpu_flops=cpu_flops,
+        ep_flops=ep_flops,
+        transfer_us=prediction.memcpy * MEMCPY_LATENCY_US + memcpy_bytes / LINK_BYTES_PER_US,
+        cpu_us=cpu_us,
+        ep_us=ep_us,
+    )

@@ -1,0 +1,114 @@
+"""The EP objective: bytes moved across the device boundary, CPU compute, EP compute."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import onnx
+import onnx.helper as oh
+import onnx_ir as ir
+
+from onnxscript_ep_passes.ep import KernelTable, predict_placement
+from onnxscript_ep_passes.ep.dims import DimSizes
+from onnxscript_ep_passes.ep.objective import (
+    MEMCPY_LATENCY_US,
+    CostEstimate,
+    estimate_cost,
+    undominated,
+)
+from onnxscript_ep_passes.passes.lower_for_ep import _best, _Candidate
+
+FLOAT = onnx.TensorProto.FLOAT
+
+
+def _chain(op: str) -> ir.Model:
+    """x -> Relu (EP) -> ``op`` (no EP kernel: CPU) -> Relu (EP) -> y."""
+    graph = oh.make_graph(
+        [
+            oh.make_node("Relu", ["x"], ["h"], name="first"),
+            oh.make_node(op, ["h", "w"] if op == "MatMul" else ["h"], ["c"], name="cpu"),
+            oh.make_node("Relu", ["c"], ["y"], name="relu"),
+        ],
+        "g",
+        [
+            oh.make_tensor_value_info("x", FLOAT, ["batch", "sequence_length", 16]),
+            oh.make_tensor_value_info("w", FLOAT, [16, 16]),
+        ],
+        [oh.make_tensor_value_info("y", FLOAT, None)],
+    )
+    return ir.from_proto(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)]))
+
+
+_TABLE = KernelTable.from_rows("TestEP", "0.0", "test", [("", "Relu", 14, None, None)])
+
+
+def test_memcpy_bytes_follow_the_dims() -> None:
+    model = _chain("Sin")
+    prediction = predict_placement(model, _TABLE)
+    assert prediction.memcpy == 2  # h to host, c from host
+    small = estimate_cost(prediction, model, DimSizes.of("batch=1,sequence_length=4"))
+    large = estimate_cost(prediction, model, DimSizes.of("batch=2,sequence_length=64"))
+    assert small.memcpy_bytes == 2 * 1 * 4 * 16 * 4
+    assert large.memcpy_bytes == 2 * 2 * 64 * 16 * 4
+    assert small.transfer_us >= 2 * MEMCPY_LATENCY_US
+    assert large.cost > small.cost
+    assert small.fallback_nodes == 1 and small.cpu_nodes == 1
+
+
+def test_a_matmul_left_on_cpu_costs_more_than_an_elementwise_op() -> None:
+    sizes = DimSizes.of("batch=1,sequence_length=128")
+    sin, matmul = _chain("Sin"), _chain("MatMul")
+    cost_sin = estimate_cost(predict_placement(sin, _TABLE), sin, sizes)
+    cost_matmul = estimate_cost(predict_placement(matmul, _TABLE), matmul, sizes)
+    assert cost_matmul.cpu_flops > 10 * cost_sin.cpu_flops
+    assert cost_matmul.cpu_us > cost_sin.cpu_us
+
+
+def _estimate(bytes_: int, cpu_us: float, ep_us: float) -> CostEstimate:
+    return CostEstimate(
+        memcpy=1,
+        memcpy_bytes=bytes_,
+        fallback_nodes=0,
+        cpu_nodes=0,
+        cpu_flops=cpu_us,
+        ep_flops=ep_us,
+        transfer_us=bytes_ / 1000,
+        cpu_us=cpu_us,
+        ep_us=ep_us,
+    )
+
+
+def test_more_bytes_and_more_cpu_compute_never_wins() -> None:
+    # A is cheaper in total only through its EP compute; it moves more bytes and leaves
+    # more CPU compute than B, so it must not be chosen.
+    a = _Candidate(24, False, _estimate(2000, 50.0, 0.0), 0)
+    b = _Candidate(21, True, _estimate(1000, 40.0, 500.0), 5)
+    assert a.cost.cost < b.cost.cost
+    assert b.cost.dominates(a.cost) and not a.cost.improves_on(b.cost)
+    assert undominated([a, b], lambda c: c.cost) == [b]
+    assert _best([a, b]) == b
+
+
+def test_dominance_rule_holds_on_random_candidates() -> None:
+    rng = random.Random(0)
+    for _ in range(300):
+        candidates = [
+            _Candidate(
+                rng.randint(18, 25),
+                rng.random() < 0.5,
+                _estimate(rng.randint(0, 5) * 1000, rng.randint(0, 5) * 10.0, rng.random() * 300),
+                rng.randint(0, 3),
+            )
+            for _ in range(rng.randint(1, 6))
+        ]
+        best = _best(candidates)
+        assert not any(c.cost.dominates(best.cost) for c in candidates)
+
+
+def test_ties_go_to_the_higher_opset_then_fewer_rewrites() -> None:
+    same = _estimate(100, 1.0, 1.0)
+    low = _Candidate(21, False, same, 0)
+    high = _Candidate(23, False, same, 0)
+    rewritten = _Candidate(23, True, dataclasses.replace(same), 4)
+    assert _best([low, high, rewritten]) == high
