@@ -5,6 +5,10 @@
   best for that EP, expanding nodes it cannot run at any opset when that helps.
 - ``report IN --ep NAME [--ort-version V] [--json]``: per op type, nodes on the EP and on
   CPU (with reasons) before and after the chosen lowering, and predicted Memcpy counts.
+- With ``--ep``, both take ``--dims name=size,...`` (sizes of symbolic dimensions for the
+  cost estimate), ``--measure`` (run the top candidates in real sessions on the EP and
+  keep the fastest) and ``--kernel-table FILE`` (the EP's kernels, snapshot format, for an
+  EP without a shipped table); ``lower --report-json FILE`` also writes the JSON report.
 
 Exit status: 0 on success; 2 when the model cannot be lowered exactly (the offending
 nodes are listed and OUT is not written); 1 for other errors (bad arguments, I/O).
@@ -21,14 +25,16 @@ import json
 import logging
 import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import onnx_ir as ir
 
+from onnxscript_ep_passes.ep.dims import parse_dims
 from onnxscript_ep_passes.errors import DowngradeError
 from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
 from onnxscript_ep_passes.model_io import load_model, save_model
 from onnxscript_ep_passes.passes.lower_for_ep import LowerOpsetForEpPass
-from onnxscript_ep_passes.report import format_report, placement_report
+from onnxscript_ep_passes.report import choice_report, format_report, placement_report
 
 logger = logging.getLogger("onnxscript_ep_passes")
 
@@ -67,6 +73,10 @@ def _build_parser() -> argparse.ArgumentParser:
         help="copy_file: copy the input's data file whole (fast; weights are never changed); "
         "rewrite: write each used tensor anew",
     )
+    _objective_options(lower)
+    lower.add_argument(
+        "--report-json", metavar="FILE", help="with --ep: also write the JSON report to FILE"
+    )
     report = commands.add_parser("report", help="predicted placement on an EP, before/after")
     report.add_argument("model", help="input .onnx file")
     report.add_argument("--ep", required=True, help="webgpu, cuda, dml, or an ORT EP name")
@@ -76,7 +86,27 @@ def _build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--no-legalize", action="store_true", help="only choose the opset; expand nothing"
     )
+    _objective_options(report)
     return parser
+
+
+def _objective_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--dims",
+        metavar="NAME=SIZE,...",
+        help="sizes of symbolic dimensions for the cost estimate and measured runs "
+        "(default: names with 'batch' 1, 'past' 128, others 128)",
+    )
+    command.add_argument(
+        "--measure",
+        action="store_true",
+        help="run the best candidates in real ORT sessions on the EP and keep the fastest",
+    )
+    command.add_argument(
+        "--kernel-table",
+        metavar="FILE",
+        help="the EP's kernels in the snapshot TSV format (for an EP without a shipped table)",
+    )
 
 
 def _configure_logging(verbose: int, quiet: bool) -> None:
@@ -88,11 +118,20 @@ def _lower(args: argparse.Namespace) -> int:
     if args.target_opset is None and args.ep is None:
         logger.error("lower needs --target-opset or --ep")
         return 1
+    if args.ep is None and (args.report_json or args.measure or args.kernel_table or args.dims):
+        logger.error("--report-json, --measure, --kernel-table and --dims need --ep")
+        return 1
     model = load_model(args.model)
     lowering: ir.passes.InPlacePass
     if args.ep is not None:
         lowering = LowerOpsetForEpPass(
-            args.ep, args.ort_version, args.target_opset, legalize=not args.no_legalize
+            args.ep,
+            args.ort_version,
+            args.target_opset,
+            legalize=not args.no_legalize,
+            dims=parse_dims(args.dims),
+            measure=args.measure,
+            kernel_table=args.kernel_table,
         )
     else:
         lowering = LowerOpsetPass(args.target_opset)
@@ -101,6 +140,12 @@ def _lower(args: argparse.Namespace) -> int:
     except DowngradeError as error:
         sys.stderr.write(f"{error}\n")
         return EXIT_REFUSED
+    if args.report_json and isinstance(lowering, LowerOpsetForEpPass):
+        choice = lowering.last_choice
+        if choice is not None:
+            # The lowering keeps the graph inputs, whose dimensions the report names.
+            report = choice_report(model, choice, model_name=args.model)
+            Path(args.report_json).write_text(json.dumps(report) + "\n", encoding="utf-8")
     external = {"auto": None, "always": True, "never": False}[args.external_data]
     save_model(model, args.output, external_data=external, weights=args.weights)
     logger.info("wrote %s", args.output)
@@ -116,6 +161,10 @@ def _report(args: argparse.Namespace) -> int:
             ort_version=args.ort_version,
             target_opset=args.target_opset,
             legalize=not args.no_legalize,
+            dims=parse_dims(args.dims),
+            measure=args.measure,
+            kernel_table=args.kernel_table,
+            model_name=args.model,
         )
     except DowngradeError as error:
         sys.stderr.write(f"{error}\n")
