@@ -281,12 +281,8 @@ def _cpu_count(prediction: Any) -> int:
 
 
 def dump_table(out: Path, where: str) -> tuple[Any, list[str]]:
-    from onnxscript_ep_passes.ep.kernel_table import (
-        available_snapshots,
-        live_table,
-        load_snapshot,
-        write_snapshot,
-    )
+    from onnxscript_ep_passes.ep.live_tables import live_table
+    from onnxscript_ep_passes.ep.snapshots import available_snapshots, load_snapshot, write_snapshot
 
     table = live_table("cuda")
     line = ".".join(table.ort_version.split(".")[:2])

@@ -19,12 +19,9 @@ import logging
 import sys
 from pathlib import Path
 
-from onnxscript_ep_passes.ep.kernel_table import (
-    LiveTableUnavailableError,
-    canonical_ep_name,
-    live_table,
-    write_snapshot,
-)
+from onnxscript_ep_passes.ep.live_tables import LiveTableUnavailableError, live_table
+from onnxscript_ep_passes.ep.names import canonical_ep_name
+from onnxscript_ep_passes.ep.snapshots import write_snapshot
 
 logger = logging.getLogger("dump_kernel_table")
 

@@ -7,7 +7,7 @@
 3. the optimizer and the fusions again, on a copy that shares the weights: fusions that
    only fire at the lower opset (onnxscript fuses RMSNormalization, RotaryEmbedding and
    GQA only at opset 23) are recovered. The copy replaces the model only when its
-   estimated cost on the EP (:mod:`~onnxscript_ep_passes.ep.objective`) is no higher, so
+   estimated cost on the EP (:mod:`~onnxscript_ep_passes.ep.cost`) is no higher, so
    a fusion into an op the EP cannot run is never kept.
 
 ``dims``, ``measure`` and ``kernel_table`` are passed to the lowering (step 2).
@@ -27,9 +27,10 @@ import onnx_ir as ir
 from onnxscript.optimizer import optimize
 from onnxscript.rewriter import onnx_fusions
 
+from onnxscript_ep_passes.ep.cost import placement_cost
 from onnxscript_ep_passes.ep.dims import DimSizes
-from onnxscript_ep_passes.ep.kernel_table import KernelTable, canonical_ep_name
-from onnxscript_ep_passes.ep.objective import estimate_cost
+from onnxscript_ep_passes.ep.kernel_table import KernelTable
+from onnxscript_ep_passes.ep.names import canonical_ep_name
 from onnxscript_ep_passes.ep.placement import predict_placement
 from onnxscript_ep_passes.ep.table_source import resolve_table
 from onnxscript_ep_passes.passes.lower_for_ep import CPU_EPS, LowerOpsetForEpPass
@@ -90,8 +91,8 @@ def optimize_for_ep(
         return model
     candidate = model.clone()
     _OptimizeAndFuse()(candidate)
-    score_before = estimate_cost(predict_placement(model, table), model, sizes)
-    score_after = estimate_cost(predict_placement(candidate, table), candidate, sizes)
+    score_before = placement_cost(predict_placement(model, table), model, sizes)
+    score_after = placement_cost(predict_placement(candidate, table), candidate, sizes)
     if not score_before.improves_on(score_after):
         model.graph = candidate.graph
         model.functions.clear()

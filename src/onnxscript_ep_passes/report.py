@@ -23,7 +23,7 @@
 
 ``candidates`` lists every candidate evaluated, plain lowerings and legalized variants,
 highest opset first, plain before legalized. ``predicted.cost`` is the EP objective's
-estimate in microseconds (:mod:`~onnxscript_ep_passes.ep.objective`), ``memcpy_bytes``
+estimate in microseconds (:mod:`~onnxscript_ep_passes.ep.cost`), ``memcpy_bytes``
 what the predicted Memcpy nodes move per run with the symbolic dimensions sized as
 ``objective.dims`` says; ``measured`` is null unless the candidate was measured in a real
 session (``--measure``). ``objective.kind`` says how the choice was made.
@@ -48,7 +48,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnxscript_ep_passes.ep import objective
+from onnxscript_ep_passes.ep import cost
 from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.placement import PlacementPrediction
@@ -133,14 +133,6 @@ def choice_report(
     model: ir.Model, choice: EpLoweringChoice, *, model_name: str | None = None
 ) -> dict[str, Any]:
     """The report (module docstring) of a choice already made for ``model``."""
-    rates = {
-        "memcpy_latency_us": objective.MEMCPY_LATENCY_US,
-        "link_bytes_per_us": objective.LINK_BYTES_PER_US,
-        "cpu_flops_per_us": objective.CPU_FLOPS_PER_US,
-        "cpu_bytes_per_us": objective.CPU_BYTES_PER_US,
-        "ep_flops_per_us": objective.EP_FLOPS_PER_US,
-        "ep_bytes_per_us": objective.EP_BYTES_PER_US,
-    }
     return {
         "schema_version": SCHEMA_VERSION,
         "model": model_name if model_name is not None else (model.graph.name or ""),
@@ -150,7 +142,7 @@ def choice_report(
         "objective": {
             "kind": "measured" if choice.measured else "estimate",
             "dims": _input_dims(model, choice.dims),
-            "rates": rates,
+            "rates": cost.rates(),
         },
         "candidates": _candidates(choice),
         "chosen": {"opset": choice.chosen_opset, "legalized": choice.legalized},

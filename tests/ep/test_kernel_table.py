@@ -10,19 +10,17 @@ from pathlib import Path
 import onnxruntime as ort
 import pytest
 
-from onnxscript_ep_passes.ep import kernel_table as kt
-from onnxscript_ep_passes.ep.kernel_table import (
-    KernelRange,
-    KernelTable,
-    LiveTableUnavailableError,
+from onnxscript_ep_passes.ep import snapshots
+from onnxscript_ep_passes.ep.kernel_table import KernelRange, KernelTable
+from onnxscript_ep_passes.ep.live_tables import LiveTableUnavailableError, live_table
+from onnxscript_ep_passes.ep.names import canonical_ep_name
+from onnxscript_ep_passes.ep.snapshots import (
     available_snapshots,
-    canonical_ep_name,
-    get_table,
-    live_table,
     load_snapshot,
     parse_snapshot,
     write_snapshot,
 )
+from onnxscript_ep_passes.ep.table_choice import get_table
 
 SHIPPED = {
     "cuda-ort-1.16": ("CUDAExecutionProvider", "1.16"),
@@ -135,7 +133,7 @@ def test_shipped_snapshots_and_provenance() -> None:
         table = load_snapshot(name)
         assert (table.ep, table.ort_version) == (ep, version)
         assert table.source == f"snapshot:{name}.tsv"
-        meta = json.loads(kt._data_dir().joinpath(f"{name}.json").read_text())
+        meta = json.loads(snapshots._data_dir().joinpath(f"{name}.json").read_text())
         assert meta["kernels"] == len(table), name
         assert infos[name].source  # where the rows came from
         assert table.has_type_constraints == (ep == "WebGpuExecutionProvider")

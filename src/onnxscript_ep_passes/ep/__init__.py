@@ -1,45 +1,59 @@
 """Execution-provider knowledge, kept apart from graph rewriting.
 
+- :mod:`~onnxscript_ep_passes.ep.names` -- EP names and aliases, domain and type spelling
+  (a leaf: it imports nothing from the package).
 - :mod:`~onnxscript_ep_passes.ep.kernel_table` -- which kernels an EP registers at an ORT
-  version, and ORT's exact matching rule (snapshots shipped under ``ep/data``, or listed
-  live from the installed ORT).
+  version, and ORT's exact matching rule.
+- :mod:`~onnxscript_ep_passes.ep.snapshots` -- the snapshot format and the tables shipped
+  under ``ep/data``.
+- :mod:`~onnxscript_ep_passes.ep.live_tables` -- tables listed from the installed ORT.
+- :mod:`~onnxscript_ep_passes.ep.table_choice` -- which table to use for an EP and ORT
+  version (:func:`get_table`).
 - :mod:`~onnxscript_ep_passes.ep.traits` -- which inputs/outputs an EP keeps in CPU memory,
   and whether ORT moves small shape computations off it.
+- :mod:`~onnxscript_ep_passes.ep.cost` -- the one cost objective that ranks predicted
+  placements and candidates.
 - :mod:`~onnxscript_ep_passes.ep.placement` -- predict ORT's node placement and Memcpy count
-  for a model on an EP, without creating a session.
+  for a model on an EP, without creating a session (a package, one module per phase).
+- :mod:`~onnxscript_ep_passes.ep.sessions` -- real ORT sessions on any EP: options that
+  select it, and the placement and Memcpy nodes ORT really chose.
 - :mod:`~onnxscript_ep_passes.ep.webgpu` -- the real WebGPU plugin EP: registration,
-  session options, and measuring placement in a real session.
+  devices, session options.
 """
 
-from onnxscript_ep_passes.ep.kernel_table import (
-    KernelRange,
-    KernelTable,
-    LiveTableUnavailableError,
-    SnapshotInfo,
-    available_snapshots,
-    canonical_ep_name,
-    get_table,
-    live_table,
-    load_snapshot,
+from onnxscript_ep_passes.ep.cost import (
+    CandidateRank,
+    PlacementCost,
+    candidate_rank,
+    placement_cost,
 )
+from onnxscript_ep_passes.ep.kernel_table import KernelRange, KernelTable
+from onnxscript_ep_passes.ep.live_tables import LiveTableUnavailableError, live_table
+from onnxscript_ep_passes.ep.names import canonical_ep_name
 from onnxscript_ep_passes.ep.placement import (
     NodePlacement,
     PlacementPrediction,
     Transfer,
     predict_placement,
 )
-from onnxscript_ep_passes.ep.traits import EpTraits, traits_for
-from onnxscript_ep_passes.ep.webgpu import (
+from onnxscript_ep_passes.ep.sessions import (
     MeasuredNode,
     NoEpNodesError,
     PlacementMeasurement,
-    make_webgpu_session_options,
+    make_session_options,
     measure_placement,
+)
+from onnxscript_ep_passes.ep.snapshots import SnapshotInfo, available_snapshots, load_snapshot
+from onnxscript_ep_passes.ep.table_choice import get_table
+from onnxscript_ep_passes.ep.traits import EpTraits, traits_for
+from onnxscript_ep_passes.ep.webgpu import (
+    make_webgpu_session_options,
     register_webgpu,
     webgpu_available,
 )
 
 __all__ = [
+    "CandidateRank",
     "EpTraits",
     "KernelRange",
     "KernelTable",
@@ -47,17 +61,21 @@ __all__ = [
     "MeasuredNode",
     "NoEpNodesError",
     "NodePlacement",
+    "PlacementCost",
     "PlacementMeasurement",
     "PlacementPrediction",
     "SnapshotInfo",
     "Transfer",
     "available_snapshots",
+    "candidate_rank",
     "canonical_ep_name",
     "get_table",
     "live_table",
     "load_snapshot",
+    "make_session_options",
     "make_webgpu_session_options",
     "measure_placement",
+    "placement_cost",
     "predict_placement",
     "register_webgpu",
     "traits_for",

@@ -1,6 +1,6 @@
 """How much work one node does and how many bytes one value holds, from the model's shapes.
 
-The EP objective (:mod:`~onnxscript_ep_passes.ep.objective`) weighs each Memcpy by the bytes
+The EP objective (:mod:`~onnxscript_ep_passes.ep.cost`) weighs each Memcpy by the bytes
 it moves and each node by the work it does where it runs. Both come from the shapes the
 model declares, with symbolic dimensions sized by
 :class:`~onnxscript_ep_passes.ep.dims.DimSizes`. Rules:

@@ -1,15 +1,16 @@
 """Measure candidates in real ORT sessions: placement, Memcpy nodes and latency.
 
-The estimate (:mod:`~onnxscript_ep_passes.ep.objective`) ranks candidates from a kernel
+The estimate (:mod:`~onnxscript_ep_passes.ep.cost`) ranks candidates from a kernel
 table; measuring asks ORT itself, for any EP it can load here. Rules:
 
 1. One session per candidate, at ORT's default optimization level (what a user gets),
-   with the EP first and CPU second (:func:`~onnxscript_ep_passes.ep.webgpu.make_session_options`).
+   with the EP first and CPU second
+   (:func:`~onnxscript_ep_passes.ep.sessions.measured_session`).
 2. Placement is ORT's own record (session config
    ``session.record_ep_graph_assignment_info=1``, then
    ``get_provider_graph_assignment_info()``); Memcpy nodes are counted in the optimized
    model ORT saves (``optimized_model_filepath``). A session in which the EP received no
-   node is not a measurement (:class:`~onnxscript_ep_passes.ep.webgpu.NoEpNodesError`).
+   node is not a measurement (:class:`~onnxscript_ep_passes.ep.sessions.NoEpNodesError`).
 3. Inputs are generated from the model's input types with the same dimension sizes as
    the estimate (:class:`~onnxscript_ep_passes.ep.dims.DimSizes`): floats standard normal
    (seeded), integers 1 (a valid token id, an attention mask of ones), booleans true.
@@ -27,28 +28,21 @@ __all__ = [
     "pick_fastest",
 ]
 
-import collections
 import dataclasses
 import logging
 import statistics
-import tempfile
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxscript_ep_passes._onnx import iter_nodes
 from onnxscript_ep_passes.ep.dims import DimSizes
-from onnxscript_ep_passes.ep.kernel_table import canonical_ep_name
-from onnxscript_ep_passes.ep.webgpu import NoEpNodesError, make_session_options
+from onnxscript_ep_passes.ep.sessions import measured_session
 
 logger = logging.getLogger(__name__)
-
-_MEMCPY = ("MemcpyFromHost", "MemcpyToHost")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,38 +120,13 @@ def measure_candidate(
     """
     import onnxruntime as ort
 
-    canonical = canonical_ep_name(ep)
     proto = model if isinstance(model, onnx.ModelProto) else ir.serde.serialize_model(model)
-    options, providers = make_session_options(canonical, provider_options=provider_options)
-    options.log_severity_level = 3
-    options.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-    with tempfile.TemporaryDirectory(prefix="ep_measure_") as tmp:
-        optimized = Path(tmp) / "optimized.onnx"
-        options.optimized_model_filepath = str(optimized)
-        options.add_session_config_entry(
-            "session.optimized_model_external_initializers_file_name", "weights.bin"
-        )
-        options.add_session_config_entry(
-            "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
-        )
-        data = proto.SerializeToString()
-        if providers is None:
-            session = ort.InferenceSession(data, options)
-        else:
-            session = ort.InferenceSession(data, options, providers=providers)
-        saved = onnx.load(str(optimized), load_external_data=False)
-    placed = collections.Counter(
-        sub.ep_name
-        for sub in session.get_provider_graph_assignment_info()
-        for node in sub.get_nodes()
-        if node.op_type not in _MEMCPY
+    session, placement = measured_session(
+        proto,
+        ep,
+        graph_optimization_level=ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        provider_options=provider_options,
     )
-    if canonical not in session.get_providers() or not placed[canonical]:
-        raise NoEpNodesError(
-            f"{canonical} received no node (session providers {session.get_providers()}): "
-            "this session runs on CPU only and is not an EP measurement"
-        )
-    memcpy = sum(1 for n in iter_nodes(saved.graph) if n.op_type in _MEMCPY)
     feeds = generate_inputs(proto, dims)
     names = [o.name for o in session.get_outputs()]
     for _ in range(warmup):
@@ -168,14 +137,14 @@ def measure_candidate(
         session.run(names, feeds)
         times.append((time.perf_counter() - start) * 1000.0)
     result = CandidateMeasurement(
-        ep=canonical,
-        memcpy=memcpy,
-        cpu_nodes=sum(n for provider, n in placed.items() if provider != canonical),
-        ep_nodes=placed[canonical],
+        ep=placement.ep,
+        memcpy=placement.memcpy,
+        cpu_nodes=len(placement.cpu_nodes),
+        ep_nodes=placement.ep_node_count,
         latency_ms=round(statistics.median(times), 4),
         runs=len(times),
     )
-    logger.debug("measured on %s: %s", canonical, result)
+    logger.debug("measured on %s: %s", placement.ep, result)
     return result
 
 

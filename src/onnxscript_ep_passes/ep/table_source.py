@@ -21,12 +21,10 @@ __all__ = ["MEASURED_ONLY", "read_kernel_table", "resolve_table"]
 import os
 from pathlib import Path
 
-from onnxscript_ep_passes.ep.kernel_table import (
-    KernelTable,
-    canonical_ep_name,
-    get_table,
-    parse_snapshot,
-)
+from onnxscript_ep_passes.ep.kernel_table import KernelTable
+from onnxscript_ep_passes.ep.names import canonical_ep_name
+from onnxscript_ep_passes.ep.snapshots import parse_snapshot
+from onnxscript_ep_passes.ep.table_choice import get_table
 
 MEASURED_ONLY = "none: measured"
 

@@ -45,7 +45,7 @@ __all__ = [
 import dataclasses
 from collections.abc import Iterable, Mapping
 
-from onnxscript_ep_passes.ep.kernel_table import canonical_ep_name, normalize_domain
+from onnxscript_ep_passes.ep.names import canonical_ep_name, normalize_domain
 
 _REDUCE_OPS = (
     "ReduceL1",

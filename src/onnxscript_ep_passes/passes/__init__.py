@@ -1,12 +1,12 @@
 """Passes that join graph rewriting (:mod:`..lowering`) with EP knowledge (:mod:`..ep`)."""
 
+from onnxscript_ep_passes.ep.cost import placement_cost
 from onnxscript_ep_passes.passes.legalize import (
     LegalizationDecision,
     LegalizationResult,
     LegalizeForEpPass,
     fold_static_shapes,
     legalize,
-    placement_cost,
 )
 from onnxscript_ep_passes.passes.lower_for_ep import (
     EpLoweringChoice,

@@ -24,7 +24,7 @@ rewrites such nodes, at the model's opset, when that moves work onto the EP. Rul
 4. **Cost decision.** An expansion is kept only when the estimated cost of the whole
    model's predicted placement gets strictly lower, and the result does not move more
    bytes and leave more CPU compute at once
-   (:meth:`~onnxscript_ep_passes.ep.objective.CostEstimate.improves_on`; symbolic
+   (:meth:`~onnxscript_ep_passes.ep.cost.PlacementCost.improves_on`; symbolic
    dimensions sized by ``dims``). The fallback nodes of one op type are tried together first;
    when that does not pay, up to ``_MAX_SINGLE_TRIES`` of them one by one. Trials run on
    a copy of the model (sharing the weights); kept expansions are then replayed on the
@@ -46,7 +46,6 @@ __all__ = [
     "LegalizeForEpPass",
     "fold_static_shapes",
     "legalize",
-    "placement_cost",
 ]
 
 import collections
@@ -63,10 +62,12 @@ import onnx.helper
 import onnx.reference
 import onnx_ir as ir
 
+from onnxscript_ep_passes.ep.cost import PlacementCost, placement_cost
 from onnxscript_ep_passes.ep.dims import DimSizes
-from onnxscript_ep_passes.ep.kernel_table import KernelTable, canonical_ep_name, get_table
-from onnxscript_ep_passes.ep.objective import CostEstimate, estimate_cost
+from onnxscript_ep_passes.ep.kernel_table import KernelTable
+from onnxscript_ep_passes.ep.names import canonical_ep_name
 from onnxscript_ep_passes.ep.placement import NodePlacement, PlacementPrediction, predict_placement
+from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.context import NodeRefusedError
 from onnxscript_ep_passes.lowering.expansion import expand_node, function_body_version
@@ -146,11 +147,6 @@ class LegalizationResult:
     @property
     def modified(self) -> bool:
         return bool(self.expanded or self.folded)
-
-
-def placement_cost(prediction: PlacementPrediction) -> tuple[int, int]:
-    """``(fallback nodes, Memcpy nodes)``, for reports; decisions use the EP objective."""
-    return (len(prediction.fallback_nodes), prediction.memcpy)
 
 
 # -- static shape folding --------------------------------------------------------------
@@ -347,7 +343,7 @@ def _why_refused(model: ir.Model, name: str, opset: int) -> str | None:
     return None
 
 
-def _describe(cost: CostEstimate) -> str:
+def _describe(cost: PlacementCost) -> str:
     return f"{cost.fallback_nodes} fallback nodes, {cost}"
 
 
@@ -391,7 +387,7 @@ def legalize(
     if prediction is None or folded:
         prediction = predict_placement(model, table)
     before = prediction
-    before_cost = current_cost = estimate_cost(prediction, model, sizes)
+    before_cost = current_cost = placement_cost(prediction, model, sizes)
     local = _local_functions(model)
     parents = _inlined_parents(model, before, opset)
     current = before
@@ -494,7 +490,7 @@ def _not_a_candidate(placed: NodePlacement, by_name: dict[str, ir.Node], opset: 
     return None
 
 
-_State = tuple[PlacementPrediction, CostEstimate]
+_State = tuple[PlacementPrediction, PlacementCost]
 
 
 def _try_group(
@@ -504,7 +500,7 @@ def _try_group(
     opset: int,
     state: _State,
     sizes: DimSizes,
-) -> tuple[list[str], PlacementPrediction, CostEstimate, dict[str, str]]:
+) -> tuple[list[str], PlacementPrediction, PlacementCost, dict[str, str]]:
     """Expand ``names`` if it pays: all together, else up to a few one by one."""
     reasons: dict[str, str] = {}
     accepted, state, why = _try(model, table, names, opset, state, sizes)
@@ -541,7 +537,7 @@ def _try(
         return [], state, f"cannot be expanded: {why}"
     done = [n for n in names if n not in failed]
     prediction = predict_placement(trial, table)
-    old, new = state[1], estimate_cost(prediction, trial, sizes)
+    old, new = state[1], placement_cost(prediction, trial, sizes)
     if not new.improves_on(old):
         return (
             [],

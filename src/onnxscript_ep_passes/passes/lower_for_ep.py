@@ -11,12 +11,14 @@ Rules the pass follows:
    could only tie, and ties go to the higher opset.
 3. For each candidate, ORT's placement is predicted from the EP's kernel table
    (:func:`~onnxscript_ep_passes.ep.placement.predict_placement`) and priced by the EP
-   objective (:func:`~onnxscript_ep_passes.ep.objective.estimate_cost`: the bytes each
+   objective (:func:`~onnxscript_ep_passes.ep.cost.placement_cost`, the one objective: the bytes each
    Memcpy moves, the compute left on CPU, the EP's own compute as the baseline; symbolic
    dimensions sized by ``dims``). A candidate that moves strictly more bytes and leaves
    strictly more CPU compute than another is dropped; the cheapest of the rest wins; ties
    go to the fewest of the model's nodes replaced, then the higher opset (fewer
-   rewrites), then plain before legalized. Node counts are reported, never compared.
+   rewrites), then plain before legalized
+   (:func:`~onnxscript_ep_passes.ep.cost.candidate_rank`). Node counts are reported,
+   never compared.
 4. An explicit ``target_opset`` overrides the choice (and is refused as usual when the
    model cannot reach it).
 5. It logs at INFO the original and chosen opset, the model name, the EP, the ORT version
@@ -55,10 +57,18 @@ from collections.abc import Mapping
 
 import onnx_ir as ir
 
+from onnxscript_ep_passes.ep.cost import (
+    CandidateRank,
+    PlacementCost,
+    best_candidate,
+    candidate_rank,
+    placement_cost,
+    undominated,
+)
 from onnxscript_ep_passes.ep.dims import DimSizes
-from onnxscript_ep_passes.ep.kernel_table import KernelTable, canonical_ep_name
+from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.measure import CandidateMeasurement, measure_candidate, pick_fastest
-from onnxscript_ep_passes.ep.objective import CostEstimate, estimate_cost, undominated
+from onnxscript_ep_passes.ep.names import canonical_ep_name
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
 from onnxscript_ep_passes.ep.table_source import MEASURED_ONLY, resolve_table
 from onnxscript_ep_passes.errors import DowngradeError
@@ -119,8 +129,8 @@ class EpLoweringChoice:
     legalized_predictions: dict[int, PlacementPrediction] = dataclasses.field(default_factory=dict)
     decisions: tuple[LegalizationDecision, ...] = ()
     plan: dict[int, tuple[str, ...]] = dataclasses.field(default_factory=dict)
-    costs: dict[int, CostEstimate] = dataclasses.field(default_factory=dict)
-    legalized_costs: dict[int, CostEstimate] = dataclasses.field(default_factory=dict)
+    costs: dict[int, PlacementCost] = dataclasses.field(default_factory=dict)
+    legalized_costs: dict[int, PlacementCost] = dataclasses.field(default_factory=dict)
     dims: DimSizes = dataclasses.field(default_factory=DimSizes)
     measured: dict[tuple[int, bool], CandidateMeasurement] = dataclasses.field(default_factory=dict)
 
@@ -135,7 +145,7 @@ class EpLoweringChoice:
         return self.predictions[self.chosen_opset]
 
     @property
-    def after_cost(self) -> CostEstimate:
+    def after_cost(self) -> PlacementCost:
         """The estimated cost of the chosen candidate."""
         if self.legalized:
             return self.legalized_costs[self.chosen_opset]
@@ -147,26 +157,9 @@ class EpLoweringChoice:
         return self.plan.get(self.chosen_opset, ()) if self.legalized else ()
 
 
-@dataclasses.dataclass(frozen=True)
-class _Candidate:
-    opset: int
-    legalized: bool
-    cost: CostEstimate
-    replaced: int
-
-    def rank(self) -> tuple[float, int, int, int]:
-        """Cost, then the model's nodes replaced, higher opset, plain before legalized."""
-        return (self.cost.cost, self.replaced, -self.opset, int(self.legalized))
-
-
 def _replaced(prediction: PlacementPrediction, original: set[str | None]) -> int:
     kept = {n.name for n in prediction.nodes}
     return sum(1 for name in original if name and name not in kept)
-
-
-def _best(candidates: list[_Candidate]) -> _Candidate:
-    """The cheapest undominated candidate (module docstring, rule 3)."""
-    return min(undominated(candidates, lambda c: c.cost), key=_Candidate.rank)
 
 
 def _node_names(model: ir.Model) -> set[str | None]:
@@ -184,7 +177,7 @@ def _legalized_variant(
     original: set[str | None],
     prediction: PlacementPrediction,
     sizes: DimSizes,
-) -> tuple[LegalizationResult, CostEstimate | None]:
+) -> tuple[LegalizationResult, PlacementCost | None]:
     """The legalized variant of ``work`` and its cost (None when nothing changed)."""
     variant = work.clone()
     result = legalize_model(
@@ -196,7 +189,7 @@ def _legalized_variant(
     )
     if not result.modified or result.after is None:
         return result, None
-    return result, estimate_cost(result.after, variant, sizes)
+    return result, placement_cost(result.after, variant, sizes)
 
 
 def choose_target_opset(
@@ -230,14 +223,14 @@ def choose_target_opset(
     if source is None:
         raise ValueError("the model imports no ai.onnx opset")
     predictions = {source: predict_placement(model, table)}
-    costs = {source: estimate_cost(predictions[source], model, sizes)}
+    costs = {source: placement_cost(predictions[source], model, sizes)}
     blocked: DowngradeError | None = None
     original = _node_names(model) if legalize else set()
-    variants: dict[int, tuple[LegalizationResult, CostEstimate | None]] = {}
+    variants: dict[int, tuple[LegalizationResult, PlacementCost | None]] = {}
 
     def evaluate(opset: int, work: ir.Model) -> None:
         predictions[opset] = predict_placement(work, table)
-        costs[opset] = estimate_cost(predictions[opset], work, sizes)
+        costs[opset] = placement_cost(predictions[opset], work, sizes)
 
     if legalize:
         variants[source] = _legalized_variant(model, table, original, predictions[source], sizes)
@@ -271,15 +264,16 @@ def choose_target_opset(
     }
     legalized_costs = {o: cost for o, (_, cost) in variants.items() if cost is not None}
     candidates = [
-        _Candidate(o, False, costs[o], _replaced(p, original)) for o, p in predictions.items()
+        candidate_rank(costs[o], opset=o, replaced=_replaced(p, original))
+        for o, p in predictions.items()
     ] + [
-        _Candidate(o, True, legalized_costs[o], _replaced(p, original))
+        candidate_rank(legalized_costs[o], opset=o, replaced=_replaced(p, original), legalized=True)
         for o, p in legalized_predictions.items()
     ]
     if target_opset is not None:
         wanted = target_opset if target_opset < source else source
         candidates = [c for c in candidates if c.opset == wanted]
-    best = _best(candidates)
+    best = best_candidate(candidates)
     plan = {o: tuple(v.expanded) for o, (v, _) in variants.items() if v.modified}
     measured: dict[tuple[int, bool], CandidateMeasurement] = {}
     if measure:
@@ -375,15 +369,15 @@ def build_candidate(
     return copy
 
 
-def _to_measure(candidates: list[_Candidate], source: int, top: int) -> list[_Candidate]:
+def _to_measure(candidates: list[CandidateRank], source: int, top: int) -> list[CandidateRank]:
     """The best ``top`` by estimate, the source, the best plain and best legalized.
 
     Among candidates with the same estimate (the same placement, e.g. a legalized model
     at 21 and at 20), only the best ranked counts toward ``top``.
     """
-    ranked = sorted(undominated(candidates, lambda c: c.cost), key=_Candidate.rank)
-    ranked += sorted((c for c in candidates if c not in ranked), key=_Candidate.rank)
-    picked: list[_Candidate] = []
+    ranked = sorted(undominated(candidates, lambda c: c.cost), key=CandidateRank.key)
+    ranked += sorted((c for c in candidates if c not in ranked), key=CandidateRank.key)
+    picked: list[CandidateRank] = []
     for candidate in ranked:
         if len(picked) < top and all(c.cost != candidate.cost for c in picked):
             picked.append(candidate)

@@ -1,4 +1,5 @@
-"""The EP objective: bytes moved across the device boundary, CPU compute, EP compute."""
+"""The one cost objective: bytes moved across the device boundary, CPU compute, EP compute,
+and how candidates are ranked."""
 
 from __future__ import annotations
 
@@ -10,14 +11,16 @@ import onnx.helper as oh
 import onnx_ir as ir
 
 from onnxscript_ep_passes.ep import KernelTable, predict_placement
-from onnxscript_ep_passes.ep.dims import DimSizes
-from onnxscript_ep_passes.ep.objective import (
+from onnxscript_ep_passes.ep.cost import (
     MEMCPY_LATENCY_US,
-    CostEstimate,
-    estimate_cost,
+    CandidateRank,
+    PlacementCost,
+    best_candidate,
+    candidate_rank,
+    placement_cost,
     undominated,
 )
-from onnxscript_ep_passes.passes.lower_for_ep import _best, _Candidate
+from onnxscript_ep_passes.ep.dims import DimSizes
 
 FLOAT = onnx.TensorProto.FLOAT
 
@@ -47,8 +50,8 @@ def test_memcpy_bytes_follow_the_dims() -> None:
     model = _chain("Sin")
     prediction = predict_placement(model, _TABLE)
     assert prediction.memcpy == 2  # h to host, c from host
-    small = estimate_cost(prediction, model, DimSizes.of("batch=1,sequence_length=4"))
-    large = estimate_cost(prediction, model, DimSizes.of("batch=2,sequence_length=64"))
+    small = placement_cost(prediction, model, DimSizes.of("batch=1,sequence_length=4"))
+    large = placement_cost(prediction, model, DimSizes.of("batch=2,sequence_length=64"))
     assert small.memcpy_bytes == 2 * 1 * 4 * 16 * 4
     assert large.memcpy_bytes == 2 * 2 * 64 * 16 * 4
     assert small.transfer_us >= 2 * MEMCPY_LATENCY_US
@@ -59,14 +62,14 @@ def test_memcpy_bytes_follow_the_dims() -> None:
 def test_a_matmul_left_on_cpu_costs_more_than_an_elementwise_op() -> None:
     sizes = DimSizes.of("batch=1,sequence_length=128")
     sin, matmul = _chain("Sin"), _chain("MatMul")
-    cost_sin = estimate_cost(predict_placement(sin, _TABLE), sin, sizes)
-    cost_matmul = estimate_cost(predict_placement(matmul, _TABLE), matmul, sizes)
+    cost_sin = placement_cost(predict_placement(sin, _TABLE), sin, sizes)
+    cost_matmul = placement_cost(predict_placement(matmul, _TABLE), matmul, sizes)
     assert cost_matmul.cpu_flops > 10 * cost_sin.cpu_flops
     assert cost_matmul.cpu_us > cost_sin.cpu_us
 
 
-def _estimate(bytes_: int, cpu_us: float, ep_us: float) -> CostEstimate:
-    return CostEstimate(
+def _estimate(bytes_: int, cpu_us: float, ep_us: float) -> PlacementCost:
+    return PlacementCost(
         memcpy=1,
         memcpy_bytes=bytes_,
         fallback_nodes=0,
@@ -82,33 +85,36 @@ def _estimate(bytes_: int, cpu_us: float, ep_us: float) -> CostEstimate:
 def test_more_bytes_and_more_cpu_compute_never_wins() -> None:
     # A is cheaper in total only through its EP compute; it moves more bytes and leaves
     # more CPU compute than B, so it must not be chosen.
-    a = _Candidate(24, False, _estimate(2000, 50.0, 0.0), 0)
-    b = _Candidate(21, True, _estimate(1000, 40.0, 500.0), 5)
+    a = candidate_rank(_estimate(2000, 50.0, 0.0), opset=24)
+    b = candidate_rank(_estimate(1000, 40.0, 500.0), opset=21, replaced=5, legalized=True)
     assert a.cost.cost < b.cost.cost
     assert b.cost.dominates(a.cost) and not a.cost.improves_on(b.cost)
     assert undominated([a, b], lambda c: c.cost) == [b]
-    assert _best([a, b]) == b
+    assert best_candidate([a, b]) == b
 
 
 def test_dominance_rule_holds_on_random_candidates() -> None:
     rng = random.Random(0)
     for _ in range(300):
         candidates = [
-            _Candidate(
-                rng.randint(18, 25),
-                rng.random() < 0.5,
+            CandidateRank(
                 _estimate(rng.randint(0, 5) * 1000, rng.randint(0, 5) * 10.0, rng.random() * 300),
                 rng.randint(0, 3),
+                rng.randint(18, 25),
+                rng.random() < 0.5,
             )
             for _ in range(rng.randint(1, 6))
         ]
-        best = _best(candidates)
+        best = best_candidate(candidates)
         assert not any(c.cost.dominates(best.cost) for c in candidates)
 
 
 def test_ties_go_to_the_higher_opset_then_fewer_rewrites() -> None:
     same = _estimate(100, 1.0, 1.0)
-    low = _Candidate(21, False, same, 0)
-    high = _Candidate(23, False, same, 0)
-    rewritten = _Candidate(23, True, dataclasses.replace(same), 4)
-    assert _best([low, high, rewritten]) == high
+    low = candidate_rank(same, opset=21)
+    high = candidate_rank(same, opset=23)
+    rewritten = candidate_rank(dataclasses.replace(same), opset=23, replaced=4, legalized=True)
+    plain_24 = candidate_rank(same, opset=24, replaced=1)
+    assert best_candidate([low, high, rewritten]) == high
+    assert best_candidate([low, plain_24]) == low  # fewer rewrites first, then higher opset
+    assert candidate_rank(same, opset=24) < candidate_rank(same, opset=24, legalized=True)

@@ -1,8 +1,12 @@
-"""The EP objective: what running a predicted placement costs, in estimated microseconds.
+"""The one cost objective: what running a predicted placement costs, in estimated microseconds.
+
+Every decision that compares two predicted placements goes through this module: the
+opset choice (:mod:`~onnxscript_ep_passes.passes.lower_for_ep`), the legalization search
+(:mod:`~onnxscript_ep_passes.passes.legalize`), the optimize pipeline and the reports.
 
 A fallback node is not a cost: ORT keeps small int64 shape arithmetic on CPU on purpose,
 and such a node moves a few bytes. What a user pays is data crossing the device boundary
-and real compute left on the CPU. :func:`estimate_cost` prices a
+and real compute left on the CPU. :func:`placement_cost` prices a
 :class:`~onnxscript_ep_passes.ep.placement.PlacementPrediction` of a model:
 
 1. **Transfers.** Each predicted Memcpy costs ``MEMCPY_LATENCY_US`` (a copy and a stream
@@ -18,10 +22,15 @@ and real compute left on the CPU. :func:`estimate_cost` prices a
    (an expansion materialising attention scores) pays for it.
 4. ``cost`` = transfers + CPU + EP, rounded to 0.001 us (equal placements tie exactly).
    Node counts (fallback, CPU nodes, Memcpy) are reported, never compared.
-5. **Dominance** (:meth:`CostEstimate.dominates`): a candidate that moves strictly more
+5. **Dominance** (:meth:`PlacementCost.dominates`): a candidate that moves strictly more
    bytes across the boundary *and* leaves strictly more CPU compute than another never
    wins, whatever its EP compute (:func:`undominated` filters candidates before the
-   cheapest is taken).
+   cheapest is taken). A rewrite is worth keeping only when it lowers the cost without
+   being dominated (:meth:`PlacementCost.improves_on`).
+6. **Candidates** (an opset, plain or legalized) are ranked by :func:`candidate_rank`:
+   the cost, then the fewest of the model's nodes replaced (so at equal cost a native
+   kernel at a reachable opset beats an expansion), then the higher opset, then plain
+   before legalized; :func:`best_candidate` takes the best undominated one.
 
 The rates describe a generic discrete accelerator behind PCIe (10 us per Memcpy, 10 GB/s
 link, a 50 GFLOP/s / 20 GB/s CPU, a 5 TFLOP/s / 300 GB/s device). They rank candidates;
@@ -37,8 +46,12 @@ __all__ = [
     "EP_FLOPS_PER_US",
     "LINK_BYTES_PER_US",
     "MEMCPY_LATENCY_US",
-    "CostEstimate",
-    "estimate_cost",
+    "CandidateRank",
+    "PlacementCost",
+    "best_candidate",
+    "candidate_rank",
+    "placement_cost",
+    "rates",
     "undominated",
 ]
 
@@ -68,7 +81,7 @@ T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
-class CostEstimate:
+class PlacementCost:
     """The estimated cost of one predicted placement (module docstring).
 
     Attributes:
@@ -95,11 +108,11 @@ class CostEstimate:
         """Estimated microseconds per run (lower is better)."""
         return round(self.transfer_us + self.cpu_us + self.ep_us, 3)
 
-    def dominates(self, other: CostEstimate) -> bool:
+    def dominates(self, other: PlacementCost) -> bool:
         """Strictly fewer bytes moved and strictly less CPU compute than ``other``."""
         return self.memcpy_bytes < other.memcpy_bytes and self.cpu_us < other.cpu_us
 
-    def improves_on(self, other: CostEstimate) -> bool:
+    def improves_on(self, other: PlacementCost) -> bool:
         """Worth switching to from ``other``: cheaper and not dominated by it."""
         return self.cost < other.cost and not other.dominates(self)
 
@@ -113,7 +126,7 @@ class CostEstimate:
         )
 
 
-def undominated(items: Sequence[T], estimate: Callable[[T], CostEstimate]) -> list[T]:
+def undominated(items: Sequence[T], estimate: Callable[[T], PlacementCost]) -> list[T]:
     """The items no other item dominates (rule 5), in their order."""
     costs = [estimate(i) for i in items]
     return [
@@ -151,20 +164,27 @@ def _named_values(model: ir.Model) -> dict[str, ir.Value]:
     return found
 
 
-def estimate_cost(
+def placement_cost(
     prediction: PlacementPrediction, model: ir.Model, sizes: DimSizes | None = None
-) -> CostEstimate:
+) -> PlacementCost:
     """Price ``prediction``, a placement predicted for ``model`` (module docstring)."""
     measure = ValueSizes(sizes or DimSizes(), infer_missing_shapes(model))
-    nodes = _named_nodes(model)
     values = _named_values(model)
     memcpy_bytes = 0
     for transfer in prediction.transfers:
         value = values.get(transfer.value)
         memcpy_bytes += measure.bytes(value) if value is not None else 4 * UNKNOWN_ELEMENTS
+    named: dict[str, ir.Node] | None = None
     cpu_flops = ep_flops = cpu_us = ep_us = 0.0
     for placed in prediction.nodes:
-        node = None if placed.inserted_by_ort else nodes.get(placed.name)
+        node: ir.Node | None = None
+        if placed.inserted_by_ort:
+            pass  # a layout Transpose ORT adds: no node of the model to size it by
+        elif placed.node is not None and not placed.inlined_by_ort:
+            node = placed.node
+        else:  # a node of a function body, known by the name ORT gives it
+            named = named if named is not None else _named_nodes(model)
+            node = named.get(placed.name)
         work = measure.node_work(node) if node is not None else _UNKNOWN_WORK
         if placed.placement == "cpu":
             cpu_flops += work.flops
@@ -172,7 +192,7 @@ def estimate_cost(
         else:
             ep_flops += work.flops
             ep_us += max(work.flops / EP_FLOPS_PER_US, work.bytes / EP_BYTES_PER_US)
-    return CostEstimate(
+    return PlacementCost(
         memcpy=prediction.memcpy,
         memcpy_bytes=memcpy_bytes,
         fallback_nodes=len(prediction.fallback_nodes),
@@ -183,3 +203,48 @@ def estimate_cost(
         cpu_us=cpu_us,
         ep_us=ep_us,
     )
+
+
+def rates() -> dict[str, float]:
+    """The rates the estimate uses (module docstring), by name."""
+    return {
+        "memcpy_latency_us": MEMCPY_LATENCY_US,
+        "link_bytes_per_us": LINK_BYTES_PER_US,
+        "cpu_flops_per_us": CPU_FLOPS_PER_US,
+        "cpu_bytes_per_us": CPU_BYTES_PER_US,
+        "ep_flops_per_us": EP_FLOPS_PER_US,
+        "ep_bytes_per_us": EP_BYTES_PER_US,
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class CandidateRank:
+    """One candidate (an opset, plain or legalized) and what ranks it (rule 6)."""
+
+    cost: PlacementCost
+    replaced: int
+    opset: int
+    legalized: bool
+
+    def key(self) -> tuple[float, int, int, int]:
+        """Cost, then the model's nodes replaced, higher opset, plain before legalized."""
+        return (self.cost.cost, self.replaced, -self.opset, int(self.legalized))
+
+    def __lt__(self, other: CandidateRank) -> bool:
+        return self.key() < other.key()
+
+
+def candidate_rank(
+    cost: PlacementCost, *, opset: int, replaced: int = 0, legalized: bool = False
+) -> CandidateRank:
+    """The rank of the candidate ``opset`` (legalized or not) that costs ``cost``.
+
+    ``replaced`` counts the model's nodes the candidate rewrote (by the lowering's
+    adapters, or by legalization's expansions).
+    """
+    return CandidateRank(cost, replaced, opset, legalized)
+
+
+def best_candidate(candidates: Sequence[CandidateRank]) -> CandidateRank:
+    """The best of the candidates no other dominates (rules 5-6)."""
+    return min(undominated(candidates, lambda c: c.cost), key=CandidateRank.key)

@@ -1,0 +1,325 @@
+"""Graph loading, the first phase of placement: flatten a model the way ORT loads it.
+
+Rules:
+
+- ``Constant`` nodes become initializers (they are never placed).
+- Calls to model-local functions are inlined, named ``_inlfunc_<function>_<node>`` as ORT
+  names them. ORT resolves the inlined nodes against the *calling graph's* opset imports,
+  not the function's (measured on ORT 1.32: in a model at opset 25, a Transpose of a
+  function declared at opset 24 runs as Transpose-25); the function's imports only supply
+  domains the model does not import.
+- A node whose op has no kernel on the EP nor on ORT's CPU EP (Attention-25 on ORT 1.32)
+  is replaced by its schema's ONNX function body, as ORT does; the body's nodes point at
+  the model's node (``inlined_by_ort``).
+- Subgraphs (If/Loop/Scan bodies, any depth) are scopes of their own, placed with the
+  opsets of the graph that holds them; their nodes keep the function and the inlined node
+  they belong to.
+- Each node's kernel is decided as it is added (:mod:`.kernels`).
+"""
+
+from __future__ import annotations
+
+__all__ = ["Flattener"]
+
+import dataclasses
+import functools
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+
+import onnx
+import onnx.defs
+import onnx_ir as ir
+
+from onnxscript_ep_passes._onnx import (
+    built_outputs,
+    get_schema,
+    schema_function_body,
+    type_string,
+)
+from onnxscript_ep_passes.ep.kernel_table import KernelTable
+from onnxscript_ep_passes.ep.live_tables import live_table
+from onnxscript_ep_passes.ep.names import CPU_EP, normalize_domain
+from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatScope, FlatValue
+from onnxscript_ep_passes.ep.placement.kernels import decide_kernel, infer_types, type_proto
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Origin:
+    """Where the nodes being added come from, beyond their graph."""
+
+    function: ir.Function | None = None  # the innermost model-local function
+    inlined_from: ir.Node | None = None  # the model node whose schema body ORT inlines
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_table() -> KernelTable | None:
+    """The installed ORT's CPU kernels (which ops ORT must inline instead of running)."""
+    try:
+        return live_table(CPU_EP)
+    except Exception as error:  # no live listing: assume CPU runs everything
+        logger.debug("no live CPU kernel table: %s", error)
+        return None
+
+
+def _schema_body(
+    node: ir.Node, schema: onnx.defs.OpSchema, dtypes: Sequence[str | None]
+) -> ir.Function | None:
+    """The ONNX function body of ``node``'s schema, as ORT would inline it, or None.
+
+    ``dtypes`` are the input types (``tensor(float)``) known to the builder.
+    """
+    types: list[onnx.TypeProto | None] = []
+    for value, dtype in zip(node.inputs, dtypes):
+        if value is None:
+            types.append(None)
+            continue
+        known = type_proto(dtype) if dtype else None
+        if known is None:
+            return None
+        if value.shape is not None and known.HasField("tensor_type"):
+            ir.serde.serialize_shape_into(known, value.shape)
+        types.append(known)
+    try:
+        function = schema_function_body(schema, schema.since_version, node, types)
+    except Exception as error:
+        logger.debug("no function body for %s: %s", node.op_type, error)
+        return None
+    if function is None or not function.node:
+        return None
+    outputs = built_outputs(function)
+    if "" in outputs:
+        return None
+    del function.output[:]
+    function.output.extend(outputs)
+    function.name = function.name or node.op_type
+    return ir.serde.deserialize_function(function)
+
+
+def _tensor_size(tensor: ir.TensorProtocol | None) -> int | None:
+    if tensor is None:
+        return None
+    size = 1
+    for d in tensor.shape:
+        if not isinstance(d, int):
+            return None
+        size *= d
+    return size
+
+
+class Flattener:
+    """Flattens a model into scopes of nodes (functions inlined), deciding kernels."""
+
+    def __init__(self, model: ir.Model, table: KernelTable) -> None:
+        self.model = model
+        self.table = table
+        self.functions = model.functions
+        self.scopes: list[FlatScope] = []
+        self.order: list[FlatNode] = []  # every node, in graph order (for reporting)
+
+    # -- building --------------------------------------------------------------
+
+    def build_graph(
+        self,
+        graph: ir.Graph,
+        opsets: Mapping[str, int],
+        scope_name: str,
+        outer_env: Mapping[ir.Value, FlatValue] | None,
+        origin: _Origin = _Origin(),
+    ) -> FlatScope:
+        scope = FlatScope(scope_name, opset=opsets.get("", 0))
+        self.scopes.append(scope)
+        env: dict[ir.Value, FlatValue] = {}
+        outer = dict(outer_env or {})
+        for v in graph.inputs:
+            env[v] = scope.new_value(v.name or "", "input", type_string(v.type))
+        for name, v in graph.initializers.items():
+            if v in env:  # an initializer that is also a graph input stays an input
+                continue
+            env[v] = scope.new_value(
+                name, "initializer", type_string(v.type), _tensor_size(v.const_value)
+            )
+        self._add_nodes(graph, opsets, scope, env, outer, prefix="", fn_scope="", origin=origin)
+        for v in graph.outputs:
+            val = self._lookup(v, scope, env, outer)
+            if val is not None:
+                val.is_output = True
+        return scope
+
+    def _lookup(
+        self,
+        v: ir.Value | None,
+        scope: FlatScope,
+        env: dict[ir.Value, FlatValue],
+        outer: dict[ir.Value, FlatValue],
+    ) -> FlatValue | None:
+        if v is None:
+            return None
+        if v in env:
+            return env[v]
+        # A value of an enclosing graph: within this scope it behaves like a graph input
+        # (ORT copies a subgraph's implicit inputs itself), unless it is an initializer.
+        src = outer.get(v)
+        if src is not None and src.kind == "initializer":
+            val = scope.new_value(v.name or "", "initializer", src.dtype, src.size)
+        else:
+            dtype = src.dtype if src is not None else type_string(v.type)
+            val = scope.new_value(v.name or "", "outer", dtype)
+        env[v] = val
+        return val
+
+    def _add_nodes(
+        self,
+        nodes: Iterable[ir.Node],
+        opsets: Mapping[str, int],
+        scope: FlatScope,
+        env: dict[ir.Value, FlatValue],
+        outer: dict[ir.Value, FlatValue],
+        prefix: str,
+        fn_scope: str,
+        origin: _Origin,
+    ) -> None:
+        for node in nodes:
+            domain = normalize_domain(node.domain)
+            inputs = [self._lookup(v, scope, env, outer) for v in node.inputs]
+            fn = self.functions.get((node.domain, node.op_type, node.overload))
+            if fn is not None:
+                inner = dataclasses.replace(origin, function=fn)
+                self._inline(node, fn, inputs, scope, env, outer, fn_scope, opsets, inner)
+                continue
+            if domain == "" and node.op_type == "Constant":
+                for out in node.outputs:
+                    attr = node.attributes.get("value")
+                    size = None
+                    if isinstance(attr, ir.Attr) and attr.type == ir.AttributeType.TENSOR:
+                        size = _tensor_size(attr.as_tensor())
+                    env[out] = scope.new_value(
+                        out.name or "", "initializer", type_string(out.type), size
+                    )
+                continue
+            opset = opsets.get(domain, 1)
+            schema = get_schema(node.op_type, opset, domain)
+            since = schema.since_version if schema is not None else opset
+            body = self._body_ort_inlines(node, domain, schema, inputs)
+            if body is not None:
+                inner = dataclasses.replace(origin, inlined_from=origin.inlined_from or node)
+                self._inline(node, body, inputs, scope, env, outer, fn_scope, opsets, inner)
+                continue
+            flat = FlatNode(
+                name=prefix + (node.name or ""),
+                op_type=node.op_type,
+                domain=domain,
+                since_version=since,
+                inputs=inputs,
+                outputs=[],
+                scope=scope.name + fn_scope,
+                node=origin.inlined_from or node,
+                function=origin.function,
+                inlined_by_ort=origin.inlined_from is not None,
+            )
+            for i, val in enumerate(inputs):
+                if val is not None:
+                    val.consumers.append((flat, i))
+            for slot, out in enumerate(node.outputs):
+                if not out.name:
+                    flat.outputs.append(None)
+                    continue
+                val = scope.new_value(out.name, "node", type_string(out.type))
+                val.producer, val.producer_slot = flat, slot
+                env[out] = val
+                flat.outputs.append(val)
+            if schema is not None:
+                infer_types(flat, node, schema, opset)
+            decide_kernel(flat, schema, self.table)
+            scope.nodes.append(flat)
+            self.order.append(flat)
+            for attr in node.attributes.values():
+                if not isinstance(attr, ir.Attr) or attr.is_ref():
+                    continue
+                if attr.type == ir.AttributeType.GRAPH:
+                    self._subgraph(
+                        attr.as_graph(), opsets, scope, env, outer, flat, attr.name, origin
+                    )
+                elif attr.type == ir.AttributeType.GRAPHS:
+                    for k, g in enumerate(attr.as_graphs()):
+                        self._subgraph(
+                            g, opsets, scope, env, outer, flat, f"{attr.name}[{k}]", origin
+                        )
+
+    def _body_ort_inlines(
+        self,
+        node: ir.Node,
+        domain: str,
+        schema: onnx.defs.OpSchema | None,
+        inputs: Sequence[FlatValue | None],
+    ) -> ir.Function | None:
+        """The schema's function body when ORT inlines it: no EP, CPU included, has a kernel."""
+        if domain != "" or schema is None:
+            return None
+        if self.table.match(domain, node.op_type, schema.since_version) is not None:
+            return None
+        cpu = _cpu_table()
+        if cpu is None or cpu.match(domain, node.op_type, schema.since_version) is not None:
+            return None
+        return _schema_body(node, schema, [None if v is None else v.dtype for v in inputs])
+
+    def _subgraph(
+        self,
+        graph: ir.Graph,
+        opsets: Mapping[str, int],
+        scope: FlatScope,
+        env: dict[ir.Value, FlatValue],
+        outer: dict[ir.Value, FlatValue],
+        owner: FlatNode,
+        attr_name: str,
+        origin: _Origin,
+    ) -> None:
+        visible = {**outer, **env}
+        label = owner.name or owner.op_type
+        base = scope.name.removeprefix("graph ").removeprefix("subgraph ").strip("'")
+        path = (
+            f"{base}/{label}/{attr_name}"
+            if scope.name.startswith("subgraph")
+            else f"{label}/{attr_name}"
+        )
+        self.build_graph(graph, opsets, f"subgraph '{path}'", visible, origin)
+
+    def _inline(
+        self,
+        call: ir.Node,
+        fn: ir.Function,
+        inputs: Sequence[FlatValue | None],
+        scope: FlatScope,
+        env: dict[ir.Value, FlatValue],
+        outer: dict[ir.Value, FlatValue],
+        fn_scope: str,
+        opsets: Mapping[str, int],
+        origin: _Origin,
+    ) -> None:
+        local: dict[ir.Value, FlatValue] = {}
+        for formal, actual in zip(fn.inputs, inputs):
+            if actual is not None:
+                local[formal] = actual
+        # ORT inlines the function into the calling graph and resolves the inlined nodes
+        # against that graph's opset imports (measured on ORT 1.32: a Transpose in a
+        # function at opset 24 of a model at opset 25 becomes Transpose-25). The
+        # function's own imports only supply domains the graph does not import.
+        fn_opsets = {normalize_domain(k): v for k, v in fn.opset_imports.items()}
+        merged = {**fn_opsets, **opsets}
+        fn_name = f"{fn.domain}::{fn.name}" if fn.domain else fn.name
+        self._add_nodes(
+            fn,
+            merged,
+            scope,
+            local,
+            {**outer, **env},
+            # ORT names an inlined node after its own function only, at any depth.
+            prefix=f"_inlfunc_{fn.name}_",
+            fn_scope=f"{fn_scope} / function '{fn_name}'",
+            origin=origin,
+        )
+        for formal_out, call_out in zip(fn.outputs, call.outputs):
+            val = local.get(formal_out)
+            if val is not None and call_out.name:
+                env[call_out] = val

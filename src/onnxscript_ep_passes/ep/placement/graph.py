@@ -1,0 +1,76 @@
+"""The flat graph placement works on: one scope per ORT graph, functions already inlined.
+
+Rules:
+
+- A :class:`FlatScope` is one graph ORT places separately: the main graph, or one
+  If/Loop/Scan body. Nodes of model-local functions and of schema function bodies ORT
+  inlines are flattened into the scope of their call.
+- A :class:`FlatValue` is ``"input"`` (a graph input), ``"initializer"`` (an initializer or
+  a ``Constant``'s output: never placed, copied at session start), ``"node"`` (a node's
+  output) or ``"outer"`` (a value a subgraph reads from an enclosing graph).
+- A :class:`FlatNode` keeps the model's IR node it stands for (``node``), the model-local
+  function holding it (``function``) and whether it comes from a schema body ORT inlines
+  (``inlined_by_ort``); the phases fill in its placement.
+- Flat values and nodes compare and hash by identity.
+"""
+
+from __future__ import annotations
+
+__all__ = ["FlatNode", "FlatScope", "FlatValue", "ValueKind"]
+
+import dataclasses
+from typing import Literal
+
+import onnx_ir as ir
+
+from onnxscript_ep_passes.ep.placement.results import ReasonCode
+
+ValueKind = Literal["input", "initializer", "node", "outer"]
+
+
+@dataclasses.dataclass(eq=False)
+class FlatValue:
+    name: str
+    kind: ValueKind
+    dtype: str | None = None
+    size: int | None = None  # element count of an initializer
+    producer: FlatNode | None = None
+    producer_slot: int = 0
+    consumers: list[tuple[FlatNode, int]] = dataclasses.field(default_factory=list)
+    is_output: bool = False
+
+
+@dataclasses.dataclass(eq=False)
+class FlatNode:
+    name: str
+    op_type: str
+    domain: str
+    since_version: int | None
+    inputs: list[FlatValue | None]
+    outputs: list[FlatValue | None]
+    scope: str
+    on_ep: bool = False
+    reason: str = ""
+    reason_code: ReasonCode = "kernel"
+    shape_computation: bool = False
+    inserted: bool = False
+    nhwc: bool = False
+    node: ir.Node | None = None
+    function: ir.Function | None = None
+    inlined_by_ort: bool = False
+
+
+@dataclasses.dataclass(eq=False)
+class FlatScope:
+    name: str
+    nodes: list[FlatNode] = dataclasses.field(default_factory=list)
+    values: list[FlatValue] = dataclasses.field(default_factory=list)
+    opset: int = 0
+
+    def new_value(
+        self, name: str, kind: ValueKind, dtype: str | None, size: int | None = None
+    ) -> FlatValue:
+        """A new value of this scope."""
+        value = FlatValue(name=name, kind=kind, dtype=dtype, size=size)
+        self.values.append(value)
+        return value

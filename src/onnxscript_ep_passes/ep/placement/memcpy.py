@@ -1,0 +1,50 @@
+"""The Memcpy estimate, the last phase of placement: what ORT's memcpy transformer inserts.
+
+Rules, per graph, per value and direction:
+
+- A value produced on CPU (a CPU node, or an EP CPU-output slot) and read by an EP node in
+  a device slot costs one MemcpyFromHost; a value produced on the EP device and read by a
+  CPU node or by an EP CPU-input slot (``Reshape``'s ``shape`` ...) costs one MemcpyToHost.
+- Initializers cost nothing (copied at session start).
+- Graph inputs cost a MemcpyFromHost only when read both in device and in host slots
+  (otherwise the feed is copied by the session); graph outputs never cost one (fetches are
+  copied by the session).
+- Values a subgraph reads from its outer scope count as the subgraph's inputs.
+"""
+
+from __future__ import annotations
+
+__all__ = ["transfers"]
+
+from onnxscript_ep_passes.ep.placement.graph import FlatScope
+from onnxscript_ep_passes.ep.placement.results import Transfer
+from onnxscript_ep_passes.ep.traits import EpTraits
+
+
+def transfers(scope: FlatScope, traits: EpTraits) -> list[Transfer]:
+    """The Memcpy nodes ORT inserts in one scope (module docstring)."""
+    result: list[Transfer] = []
+    for val in scope.values:
+        if val.kind == "initializer":
+            continue
+        device_reads = 0
+        host_reads = 0
+        for node, slot in val.consumers:
+            if node.on_ep and not traits.input_on_cpu(node.domain, node.op_type, slot):
+                device_reads += 1
+            else:
+                host_reads += 1
+        if val.kind in ("input", "outer"):
+            if device_reads and host_reads:
+                result.append(Transfer(val.name, "MemcpyFromHost", scope.name))
+            continue
+        producer = val.producer
+        assert producer is not None
+        on_device = producer.on_ep and not traits.output_on_cpu(
+            producer.domain, producer.op_type, val.producer_slot
+        )
+        if on_device and host_reads:
+            result.append(Transfer(val.name, "MemcpyToHost", scope.name))
+        elif not on_device and device_reads:
+            result.append(Transfer(val.name, "MemcpyFromHost", scope.name))
+    return result

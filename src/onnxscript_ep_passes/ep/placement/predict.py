@@ -1,0 +1,99 @@
+"""Predict ORT's placement of a model on an EP: the phases run in ORT's order.
+
+1. Graph loading (:mod:`.flatten`), deciding each node's kernel (:mod:`.kernels`);
+2. ORT's CPU preference for shape computations (:mod:`.cpu_preference`), for EPs whose
+   traits say so;
+3. the NHWC layout transformation (:mod:`.layout`), for EPs with an NHWC domain;
+4. the Memcpy estimate (:mod:`.memcpy`).
+
+Placement is predicted for the graph as written, i.e. what a session with graph
+optimizations disabled shows (:func:`~onnxscript_ep_passes.ep.sessions.measure_placement`'s
+default); fusions and constant folding at higher levels change the graph.
+"""
+
+from __future__ import annotations
+
+__all__ = ["predict_placement"]
+
+import logging
+
+import onnx
+import onnx_ir as ir
+
+from onnxscript_ep_passes.ep.kernel_table import KernelTable
+from onnxscript_ep_passes.ep.names import normalize_domain
+from onnxscript_ep_passes.ep.placement.cpu_preference import apply_cpu_preference
+from onnxscript_ep_passes.ep.placement.flatten import Flattener
+from onnxscript_ep_passes.ep.placement.layout import apply_layout_transform
+from onnxscript_ep_passes.ep.placement.memcpy import transfers
+from onnxscript_ep_passes.ep.placement.results import (
+    NodePlacement,
+    PlacementPrediction,
+    Transfer,
+)
+from onnxscript_ep_passes.ep.traits import EpTraits, traits_for
+
+logger = logging.getLogger(__name__)
+
+
+def predict_placement(
+    model: ir.Model | onnx.ModelProto,
+    table: KernelTable,
+    *,
+    traits: EpTraits | None = None,
+    layout_transform: bool = True,
+) -> PlacementPrediction:
+    """Predict ORT's placement of every node of ``model`` on ``table``'s EP.
+
+    Args:
+        model: The model (``onnx_ir.Model`` or ``onnx.ModelProto``); it is not modified.
+        table: The EP's kernel table (:func:`~onnxscript_ep_passes.ep.table_choice.get_table`).
+        traits: The EP's memory facts; default :func:`~onnxscript_ep_passes.ep.traits.traits_for`
+            ``(table.ep)``.
+        layout_transform: Model the Transposes of ORT's NHWC layout transformation for
+            EPs that prefer NHWC (see the module docstring).
+
+    Returns:
+        Per-node placements, fallback and shape-computation lists, and the Memcpy estimate.
+    """
+    ir_model = model if isinstance(model, ir.Model) else ir.serde.deserialize_model(model)
+    traits = traits if traits is not None else traits_for(table.ep)
+    flat = Flattener(ir_model, table)
+    opsets = {normalize_domain(k): v for k, v in ir_model.opset_imports.items()}
+    flat.build_graph(ir_model.graph, opsets, "graph 'main'", None)
+    order = list(flat.order)
+    found: list[Transfer] = []
+    for scope in flat.scopes:
+        if traits.prefers_cpu_for_shape_nodes:
+            apply_cpu_preference(scope, traits)
+        if layout_transform:
+            order.extend(apply_layout_transform(scope, table, traits))
+        found.extend(transfers(scope, traits))
+    records = tuple(
+        NodePlacement(
+            name=n.name,
+            op_type=n.op_type,
+            domain=n.domain,
+            since_version=n.since_version,
+            placement="ep" if n.on_ep else "cpu",
+            reason=n.reason,
+            is_shape_computation=n.shape_computation,
+            reason_code=n.reason_code,
+            scope=n.scope,
+            inserted_by_ort=n.inserted,
+            nhwc=n.nhwc,
+            node=n.node,
+            function=n.function,
+            inlined_by_ort=n.inlined_by_ort,
+        )
+        for n in order
+    )
+    prediction = PlacementPrediction(
+        ep=table.ep,
+        table_source=table.source,
+        ort_version=table.ort_version,
+        nodes=records,
+        transfers=tuple(found),
+    )
+    logger.debug("%s", prediction)
+    return prediction

@@ -1,0 +1,184 @@
+"""What a placement prediction says: one record per placed node, and the Memcpy nodes.
+
+Rules:
+
+- Every record points at the model's IR node it is about (:attr:`NodePlacement.node`),
+  the model-local function holding it (:attr:`NodePlacement.function`) and whether ORT
+  inlines it from a schema function body (:attr:`NodePlacement.inlined_by_ort`). Callers
+  decide from these fields and :attr:`NodePlacement.reason_code`, never from the
+  human-readable ``name``, ``scope`` or ``reason``.
+- A node is a *fallback* when it is on CPU for lack of a kernel; ORT's choice to keep small
+  shape computations on CPU (``reason_code == "shape_computation"``) is not one.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "SHAPE_COMPUTATION_REASON",
+    "NodePlacement",
+    "Placement",
+    "PlacementPrediction",
+    "ReasonCode",
+    "Transfer",
+]
+
+import collections
+import dataclasses
+from typing import Literal
+
+import onnx_ir as ir
+
+Placement = Literal["ep", "cpu"]
+
+ReasonCode = Literal["kernel", "no_kernel_op", "no_kernel_version", "type", "shape_computation"]
+"""Why a node is placed where it is: an EP kernel matched (``"kernel"``); the EP registers
+no kernel for the op (``"no_kernel_op"``), none at this since_version
+(``"no_kernel_version"``), none for these types (``"type"``); or ORT keeps a shape
+computation on CPU (``"shape_computation"``)."""
+
+SHAPE_COMPUTATION_REASON = "shape computation (ORT prefers CPU)"
+
+
+@dataclasses.dataclass(frozen=True)
+class NodePlacement:
+    """The predicted placement of one node.
+
+    Attributes:
+        name: The node's name as ORT will report it (inlined function nodes:
+            ``_inlfunc_<function>_<node>``; inserted layout Transposes get a descriptive
+            name of ours, ORT generates its own).
+        op_type: The operator.
+        domain: ``""`` for ai.onnx.
+        since_version: The since_version of the node's schema at its opset (for ops without
+            a known schema, the domain's opset version).
+        placement: ``"ep"`` or ``"cpu"``.
+        reason: Why, in words.
+        is_shape_computation: On CPU because ORT prefers CPU for small shape computations
+            (not a fallback).
+        reason_code: Why, as a :data:`ReasonCode`.
+        scope: Where the node lives, for people to read: ``"graph 'main'"``,
+            ``"subgraph 'If_0/then_branch'"``, with `` / function 'dom::f'`` appended for
+            inlined function nodes. No decision is made from it: use the fields below.
+        inserted_by_ort: A node ORT adds (layout-transformation Transpose), not in the model.
+        nhwc: ORT's layout transformation converts the node to the EP's NHWC domain
+            (ORT then names it ``<name>_token_<n>``).
+        node: The model's node this placement is about: the node itself, or, for a node
+            of a schema function body ORT inlines (``inlined_by_ort``), the model's node
+            whose body it is. None for nodes ORT inserts.
+        function: The model-local function whose body holds ``node`` (the innermost one;
+            its nodes are shared by every call site), or None for a node of the main
+            graph or of its subgraphs.
+        inlined_by_ort: The node belongs to the ONNX function body of an op no EP (CPU
+            included) has a kernel for, which ORT inlines itself; ``node`` is that op's node.
+    """
+
+    name: str
+    op_type: str
+    domain: str
+    since_version: int | None
+    placement: Placement
+    reason: str
+    is_shape_computation: bool = False
+    reason_code: ReasonCode = "kernel"
+    scope: str = ""
+    inserted_by_ort: bool = False
+    nhwc: bool = False
+    node: ir.Node | None = dataclasses.field(default=None, compare=False, repr=False)
+    function: ir.Function | None = dataclasses.field(default=None, compare=False, repr=False)
+    inlined_by_ort: bool = False
+
+    @property
+    def is_fallback(self) -> bool:
+        """On CPU for lack of a kernel (not by ORT's shape-computation preference)."""
+        return self.placement == "cpu" and not self.is_shape_computation
+
+
+@dataclasses.dataclass(frozen=True)
+class Transfer:
+    """One predicted Memcpy node: the value copied and the direction."""
+
+    value: str
+    direction: Literal["MemcpyFromHost", "MemcpyToHost"]
+    scope: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacementPrediction:
+    """Predicted placement of every node, and the Memcpy nodes ORT would insert.
+
+    Attributes:
+        ep: The EP the table describes.
+        table_source: Provenance of the kernel table.
+        ort_version: The table's ORT version.
+        nodes: One record per placed node (main graph, subgraphs, inlined functions,
+            inserted layout Transposes), in graph order.
+        transfers: The predicted Memcpy nodes.
+    """
+
+    ep: str
+    table_source: str
+    ort_version: str
+    nodes: tuple[NodePlacement, ...]
+    transfers: tuple[Transfer, ...]
+
+    @property
+    def memcpy_from_host(self) -> int:
+        return sum(1 for t in self.transfers if t.direction == "MemcpyFromHost")
+
+    @property
+    def memcpy_to_host(self) -> int:
+        return sum(1 for t in self.transfers if t.direction == "MemcpyToHost")
+
+    @property
+    def memcpy(self) -> int:
+        """Estimated number of Memcpy nodes (both directions)."""
+        return len(self.transfers)
+
+    @property
+    def ep_nodes(self) -> list[NodePlacement]:
+        return [n for n in self.nodes if n.placement == "ep"]
+
+    @property
+    def cpu_nodes(self) -> list[NodePlacement]:
+        """Every node on CPU: fallback and shape computation."""
+        return [n for n in self.nodes if n.placement == "cpu"]
+
+    @property
+    def fallback_nodes(self) -> list[NodePlacement]:
+        """Nodes on CPU for lack of an EP kernel (excludes ORT's shape-computation choice)."""
+        return [n for n in self.nodes if n.is_fallback]
+
+    @property
+    def shape_computation_nodes(self) -> list[NodePlacement]:
+        return [n for n in self.nodes if n.is_shape_computation]
+
+    @property
+    def version_fallback_nodes(self) -> list[NodePlacement]:
+        """Fallback nodes whose op has EP kernels, only not at this since_version."""
+        return [n for n in self.nodes if n.is_fallback and n.reason_code == "no_kernel_version"]
+
+    @property
+    def fully_on_ep(self) -> bool:
+        """No fallback node and no Memcpy."""
+        return not self.fallback_nodes and not self.transfers
+
+    def summary(self) -> dict[str, dict[str, int]]:
+        """``op_type -> {"ep": n, "cpu": n, "shape": n}`` (only non-zero entries)."""
+        out: dict[str, collections.Counter[str]] = {}
+        for n in self.nodes:
+            label = "shape" if n.is_shape_computation else n.placement
+            out.setdefault(n.op_type, collections.Counter())[label] += 1
+        return {k: dict(v) for k, v in sorted(out.items())}
+
+    def __str__(self) -> str:
+        lines = [
+            f"{self.ep} ({self.table_source}, ORT {self.ort_version}): "
+            f"{len(self.ep_nodes)} on EP, {len(self.fallback_nodes)} fallback, "
+            f"{len(self.shape_computation_nodes)} shape computation on CPU, "
+            f"~{self.memcpy} Memcpy ({self.memcpy_from_host} from host, "
+            f"{self.memcpy_to_host} to host)"
+        ]
+        lines.extend(
+            f"  - {n.name or '<unnamed>'} ({n.op_type}): {n.reason}" for n in self.fallback_nodes
+        )
+        return "\n".join(lines)

@@ -1,0 +1,265 @@
+"""Measure where a real ONNX Runtime session places each node, on any execution provider.
+
+Rules:
+
+- :func:`make_session_options` selects the EP first (then ORT's CPU EP): WebGPU through
+  its plugin devices (:mod:`~onnxscript_ep_passes.ep.webgpu`), a built-in EP (CUDA,
+  DirectML) through the ``providers`` list, another registered plugin EP through its
+  devices.
+- :func:`measure_placement` creates a real session and reads ORT's own record of the
+  placement (``session.record_ep_graph_assignment_info``) and the Memcpy nodes of the
+  optimized model ORT saves. It raises :class:`NoEpNodesError` when the EP received no
+  node at all: a session that silently ran everything on CPU is never an EP measurement.
+- By default the session runs with graph optimizations disabled, so the measured graph is
+  the graph as written (plus what ORT always does: layout transformation for the EP's
+  preferred NHWC layout, Memcpy insertion). Pass another level to measure what a user gets.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MeasuredNode",
+    "NoEpNodesError",
+    "PlacementMeasurement",
+    "make_session_options",
+    "measure_placement",
+    "measured_session",
+]
+
+import collections
+import dataclasses
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from onnxscript_ep_passes._onnx import iter_nodes
+from onnxscript_ep_passes.ep.names import CPU_EP, WEBGPU_EP, canonical_ep_name
+from onnxscript_ep_passes.ep.webgpu import make_webgpu_session_options
+
+logger = logging.getLogger(__name__)
+
+
+class NoEpNodesError(RuntimeError):
+    """The session assigned no node to the requested EP (it would run wholly on CPU)."""
+
+
+_NHWC_DOMAIN = "com.ms.internal.nhwc"
+_TOKEN_SUFFIX = re.compile(r"_token_\d+$")
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasuredNode:
+    """One node as ORT placed it.
+
+    ``name`` is ORT's: inlined function nodes are ``_inlfunc_<function>_<node>``, nodes the
+    layout transformation converted to NHWC are ``<node>_token_<n>`` in the
+    ``com.ms.internal.nhwc`` domain, and the Transposes it inserts get generated names.
+    """
+
+    name: str
+    op_type: str
+    domain: str
+    provider: str
+
+    @property
+    def source_name(self) -> str:
+        """The name the node had in the model (the ``_token_<n>`` of NHWC nodes removed)."""
+        if self.domain == _NHWC_DOMAIN:
+            return _TOKEN_SUFFIX.sub("", self.name)
+        return self.name
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacementMeasurement:
+    """Where a real ORT session placed each node, and how many Memcpy nodes it inserted.
+
+    Attributes:
+        ep: The requested EP (ORT's name).
+        ort_version: The ORT version that made the session.
+        providers: ``session.get_providers()``.
+        nodes: Every node of the session graph (subgraphs included) with its provider;
+            Memcpy nodes are not listed (they are counted below).
+        memcpy_from_host: MemcpyFromHost nodes in the optimized model (all graphs).
+        memcpy_to_host: MemcpyToHost nodes in the optimized model (all graphs).
+    """
+
+    ep: str
+    ort_version: str
+    providers: tuple[str, ...]
+    nodes: tuple[MeasuredNode, ...]
+    memcpy_from_host: int
+    memcpy_to_host: int
+
+    @property
+    def memcpy(self) -> int:
+        """All Memcpy nodes."""
+        return self.memcpy_from_host + self.memcpy_to_host
+
+    @property
+    def ep_nodes(self) -> list[MeasuredNode]:
+        return [n for n in self.nodes if n.provider == self.ep]
+
+    @property
+    def cpu_nodes(self) -> list[MeasuredNode]:
+        return [n for n in self.nodes if n.provider != self.ep]
+
+    @property
+    def ep_node_count(self) -> int:
+        return len(self.ep_nodes)
+
+    def provider_of(self, name: str) -> str | None:
+        """Provider of the node named ``name`` in the model (None when ORT has no such node)."""
+        for n in self.nodes:
+            if n.source_name == name:
+                return n.provider
+        return None
+
+    def cpu_node_names(self) -> set[str]:
+        """Model names of the nodes on CPU."""
+        return {n.source_name for n in self.cpu_nodes}
+
+    def summary(self) -> dict[str, dict[str, int]]:
+        """``op_type -> {provider: count}``."""
+        out: dict[str, collections.Counter[str]] = {}
+        for n in self.nodes:
+            out.setdefault(n.op_type, collections.Counter())[n.provider] += 1
+        return {k: dict(v) for k, v in sorted(out.items())}
+
+
+def make_session_options(
+    ep: str,
+    *,
+    graph_optimization_level: Any | None = None,
+    provider_options: Mapping[str, str] | None = None,
+) -> tuple[Any, list[Any] | None]:
+    """Session options (and the ``providers`` argument) that select ``ep`` first.
+
+    WebGPU goes through the plugin devices; a built-in EP (CUDA, DirectML) through the
+    ``providers`` list, or through its devices when it is a registered plugin EP. Returns
+    ``(session_options, providers_or_None)``.
+    """
+    import onnxruntime as ort
+
+    canonical = canonical_ep_name(ep)
+    so = ort.SessionOptions()
+    if graph_optimization_level is not None:
+        so.graph_optimization_level = graph_optimization_level
+    if canonical == WEBGPU_EP:
+        make_webgpu_session_options(provider_options=provider_options, session_options=so)
+        return so, None
+    if canonical == CPU_EP:
+        raise ValueError("Measuring placement needs a non-CPU EP")
+    if canonical in ort.get_available_providers():
+        return so, [(canonical, dict(provider_options or {})), CPU_EP]
+    # A plugin EP registered in this process (e.g. the CUDA plugin bundled with some
+    # onnxruntime-gpu builds) is selected through its devices.
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == canonical]
+    if devices:
+        so.add_provider_for_devices(devices, dict(provider_options or {}))
+        return so, None
+    raise RuntimeError(
+        f"{canonical} is not available in onnxruntime {ort.__version__} "
+        f"(available: {ort.get_available_providers()}; no plugin EP devices for it)"
+    )
+
+
+def measure_placement(
+    model: str | os.PathLike[str] | bytes | onnx.ModelProto,
+    ep: str = "webgpu",
+    *,
+    graph_optimization_level: Any | None = None,
+    provider_options: Mapping[str, str] | None = None,
+) -> PlacementMeasurement:
+    """Create a real ORT session for ``model`` on ``ep`` and report where ORT placed nodes.
+
+    As :func:`measured_session`, without the session.
+    """
+    return measured_session(
+        model,
+        ep,
+        graph_optimization_level=graph_optimization_level,
+        provider_options=provider_options,
+    )[1]
+
+
+def measured_session(
+    model: str | os.PathLike[str] | bytes | onnx.ModelProto,
+    ep: str = "webgpu",
+    *,
+    graph_optimization_level: Any | None = None,
+    provider_options: Mapping[str, str] | None = None,
+) -> tuple[Any, PlacementMeasurement]:
+    """A real ORT session for ``model`` on ``ep``, and where ORT placed its nodes.
+
+    Args:
+        model: A path, serialized bytes or a ``ModelProto``.
+        ep: ``"webgpu"`` (the plugin) or a built-in EP available in the installed ORT
+            (``"cuda"`` on a GPU machine with onnxruntime-gpu).
+        graph_optimization_level: an ``onnxruntime.GraphOptimizationLevel``; default
+            ``ORT_DISABLE_ALL`` so the measured graph is the graph as written.
+        provider_options: options for the EP.
+
+    Raises:
+        NoEpNodesError: the EP received no node at all.
+    """
+    import onnxruntime as ort
+
+    canonical = canonical_ep_name(ep)
+    if graph_optimization_level is None:
+        graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so, providers = make_session_options(
+        canonical,
+        graph_optimization_level=graph_optimization_level,
+        provider_options=provider_options,
+    )
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    if isinstance(model, onnx.ModelProto):
+        model_arg: Any = model.SerializeToString()
+    elif isinstance(model, bytes):
+        model_arg = model
+    else:
+        model_arg = os.fspath(model)
+    with tempfile.TemporaryDirectory(prefix="ep_placement_") as tmp:
+        optimized = Path(tmp) / "optimized.onnx"
+        so.optimized_model_filepath = str(optimized)
+        # Keep weights out of the saved proto (large models; only the graph is read back).
+        so.add_session_config_entry(
+            "session.optimized_model_external_initializers_file_name", "weights.bin"
+        )
+        so.add_session_config_entry(
+            "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
+        )
+        if providers is None:
+            sess = ort.InferenceSession(model_arg, so)
+        else:
+            sess = ort.InferenceSession(model_arg, so, providers=providers)
+        nodes = tuple(
+            MeasuredNode(n.name, n.op_type, n.domain, sub.ep_name)
+            for sub in sess.get_provider_graph_assignment_info()
+            for n in sub.get_nodes()
+            if n.op_type not in ("MemcpyFromHost", "MemcpyToHost")
+        )
+        saved = onnx.load(str(optimized), load_external_data=False)
+    counts = collections.Counter(n.op_type for n in iter_nodes(saved.graph))
+    measurement = PlacementMeasurement(
+        ep=canonical,
+        ort_version=str(ort.__version__),
+        providers=tuple(sess.get_providers()),
+        nodes=nodes,
+        memcpy_from_host=counts.get("MemcpyFromHost", 0),
+        memcpy_to_host=counts.get("MemcpyToHost", 0),
+    )
+    if canonical not in measurement.providers or measurement.ep_node_count == 0:
+        raise NoEpNodesError(
+            f"{canonical} received no node (session providers {measurement.providers}; "
+            f"placement {measurement.summary()}): this session runs on CPU only and is not "
+            "an EP measurement"
+        )
+    logger.debug("Measured placement on %s: %s", canonical, measurement.summary())
+    return sess, measurement
