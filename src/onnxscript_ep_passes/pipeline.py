@@ -81,8 +81,10 @@ def optimize_for_ep(
     if canonical in CPU_EPS:
         return model
     sizes = DimSizes.of(dims)
-    table = table or resolve_table(
-        canonical, ort_version, kernel_table=kernel_table, measure=measure
+    table = (
+        table
+        if table is not None
+        else resolve_table(canonical, ort_version, kernel_table=kernel_table, measure=measure)
     )
     lowering = LowerOpsetForEpPass(
         canonical, ort_version, target_opset, table=table, dims=sizes, measure=measure

@@ -172,7 +172,11 @@ def placement_report(
     :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass`; ``model_name`` is the
     report's ``model`` (the path given; default: the graph's name).
     """
-    table = table or resolve_table(ep, ort_version, kernel_table=kernel_table, measure=measure)
+    table = (
+        table
+        if table is not None
+        else resolve_table(ep, ort_version, kernel_table=kernel_table, measure=measure)
+    )
     choice = choose_target_opset(
         model, table, target_opset=target_opset, legalize=legalize, dims=dims, measure=measure
     )

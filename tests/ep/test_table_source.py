@@ -62,3 +62,38 @@ def test_the_pass_uses_a_kernel_table_file(tmp_path: Path) -> None:
     assert choice is not None and choice.table_source.startswith("file:")
     assert choice.chosen_opset == 22  # Reshape-21 has a kernel; ties go to the higher opset
     assert model.opset_imports[""] == 22
+
+
+def _chain_at_25() -> ir.Model:
+    graph = oh.make_graph(
+        [
+            oh.make_node("Transpose", ["x"], ["t"], name="transpose", perm=[1, 0]),
+            oh.make_node("Relu", ["t"], ["y"], name="relu"),
+        ],
+        "chain",
+        [oh.make_tensor_value_info("x", 1, ["batch", 8])],
+        [oh.make_tensor_value_info("y", 1, [8, "batch"])],
+    )
+    return ir.from_proto(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 25)]))
+
+
+def test_measuring_an_ep_that_cannot_load_here_is_a_clear_error() -> None:
+    model = _chain_at_25()
+    with pytest.raises(ValueError, match="--measure needs a session on OpenVINOExecutionProvider"):
+        LowerOpsetForEpPass("openvino", measure=True)(model)
+    assert model.opset_imports[""] == 25  # untouched
+
+
+def test_without_a_table_measuring_runs_every_reachable_opset(webgpu: None) -> None:
+    table = resolve_table("webgpu", kernel_table=None, measure=True)
+    assert table.source != MEASURED_ONLY  # WebGPU lists its kernels here: use an empty one
+    empty = type(table).from_rows(table.ep, table.ort_version, MEASURED_ONLY, [])
+    model = _chain_at_25()
+    lowering = LowerOpsetForEpPass("webgpu", table=empty, measure=True, dims={"batch": 2})
+    lowering(model)
+    choice = lowering.last_choice
+    assert choice is not None and not choice.legalized_predictions
+    assert set(choice.measured) == {(o, False) for o in range(18, 26)}
+    fastest = min(choice.measured, key=lambda k: choice.measured[k].latency_ms)
+    assert (choice.chosen_opset, False) == fastest
+    assert choice.measured[(25, False)].memcpy > 0 and choice.measured[(24, False)].memcpy == 0

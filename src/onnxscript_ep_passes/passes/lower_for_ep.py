@@ -278,11 +278,18 @@ def choose_target_opset(
     measured: dict[tuple[int, bool], CandidateMeasurement] = {}
     if measure:
         timed = []
-        for candidate in _to_measure(candidates, source, measure_top):
+        known = table.source != MEASURED_ONLY  # else the estimates say nothing
+        for candidate in _to_measure(candidates, source, measure_top, distinct=known):
             trial = model.clone()
             steps = plan[candidate.opset] if candidate.legalized else None
             _apply_candidate(trial, table, candidate.opset, steps, sizes)
-            result = measure_candidate(trial, table.ep, sizes, runs=measure_runs)
+            try:
+                result = measure_candidate(trial, table.ep, sizes, runs=measure_runs)
+            except (RuntimeError, ImportError) as error:
+                raise ValueError(
+                    f"--measure needs a session on {table.ep} here, and ORT cannot make one: "
+                    f"{error}"
+                ) from error
             logger.info(
                 "measured opset %d%s on %s: predicted %s; measured %d Memcpy, %d CPU nodes, "
                 "%.3f ms",
@@ -369,17 +376,19 @@ def build_candidate(
     return copy
 
 
-def _to_measure(candidates: list[CandidateRank], source: int, top: int) -> list[CandidateRank]:
+def _to_measure(
+    candidates: list[CandidateRank], source: int, top: int, *, distinct: bool = True
+) -> list[CandidateRank]:
     """The best ``top`` by estimate, the source, the best plain and best legalized.
 
-    Among candidates with the same estimate (the same placement, e.g. a legalized model
-    at 21 and at 20), only the best ranked counts toward ``top``.
+    With ``distinct``, among candidates with the same estimate (the same placement, e.g. a
+    legalized model at 21 and at 20) only the best ranked counts toward ``top``.
     """
     ranked = sorted(undominated(candidates, lambda c: c.cost), key=CandidateRank.key)
     ranked += sorted((c for c in candidates if c not in ranked), key=CandidateRank.key)
     picked: list[CandidateRank] = []
     for candidate in ranked:
-        if len(picked) < top and all(c.cost != candidate.cost for c in picked):
+        if len(picked) < top and not (distinct and any(c.cost == candidate.cost for c in picked)):
             picked.append(candidate)
     for wanted in (
         [c for c in ranked if c.opset == source and not c.legalized][:1],
@@ -512,8 +521,12 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
         if self.ep in CPU_EPS:
             logger.debug("%s runs every opset: nothing to lower", self.ep)
             return ir.passes.PassResult(model, modified=False)
-        table = self.table or resolve_table(
-            self.ep, self.ort_version, kernel_table=self.kernel_table, measure=self.measure
+        table = (
+            self.table
+            if self.table is not None
+            else resolve_table(
+                self.ep, self.ort_version, kernel_table=self.kernel_table, measure=self.measure
+            )
         )
         choice = choose_target_opset(
             model,
