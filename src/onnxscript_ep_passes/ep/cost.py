@@ -136,19 +136,6 @@ def undominated(items: Sequence[T], estimate: Callable[[T], PlacementCost]) -> l
     ]
 
 
-def _named_nodes(model: ir.Model) -> dict[str, ir.Node]:
-    """Model nodes by the name ORT reports (inlined local-function nodes prefixed)."""
-    found: dict[str, ir.Node] = {}
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        if node.name:
-            found.setdefault(node.name, node)
-    for function in model.functions.values():
-        for node in ir.traversal.RecursiveGraphIterator(function):
-            if node.name:
-                found.setdefault(f"_inlfunc_{function.name}_{node.name}", node)
-    return found
-
-
 def _named_values(model: ir.Model) -> dict[str, ir.Value]:
     found: dict[str, ir.Value] = {}
     for value in model.graph.inputs:
@@ -174,17 +161,12 @@ def placement_cost(
     for transfer in prediction.transfers:
         value = values.get(transfer.value)
         memcpy_bytes += measure.bytes(value) if value is not None else 4 * UNKNOWN_ELEMENTS
-    named: dict[str, ir.Node] | None = None
     cpu_flops = ep_flops = cpu_us = ep_us = 0.0
     for placed in prediction.nodes:
-        node: ir.Node | None = None
-        if placed.inserted_by_ort:
-            pass  # a layout Transpose ORT adds: no node of the model to size it by
-        elif placed.node is not None and not placed.inlined_by_ort:
-            node = placed.node
-        else:  # a node of a function body, known by the name ORT gives it
-            named = named if named is not None else _named_nodes(model)
-            node = named.get(placed.name)
+        # A layout Transpose ORT adds, or a node of a schema's function body ORT inlines,
+        # has no node of the model to size it by.
+        sized = not placed.inserted_by_ort and not placed.inlined_by_ort
+        node = placed.node if sized else None
         work = measure.node_work(node) if node is not None else _UNKNOWN_WORK
         if placed.placement == "cpu":
             cpu_flops += work.flops

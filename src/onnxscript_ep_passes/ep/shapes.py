@@ -18,7 +18,7 @@ those shapes; this module infers them without changing the model. Rules:
 
 from __future__ import annotations
 
-__all__ = ["infer_missing_shapes"]
+__all__ = ["infer_missing_shapes", "small_constant"]
 
 import logging
 from collections.abc import Mapping
@@ -42,14 +42,18 @@ def _type_proto(dtype: ir.DataType, shape: ir.Shape | None) -> onnx.TypeProto:
     return proto
 
 
-def _const(value: ir.Value, max_elements: int) -> onnx.TensorProto | None:
+def small_constant(value: ir.Value | None, max_elements: int) -> ir.TensorProtocol | None:
+    """The constant ``value`` holds (an initializer, a ``Constant`` output), when it has
+    at most ``max_elements`` elements; else None."""
+    if value is None:
+        return None
     try:
         tensor = ir.convenience.get_const_tensor(value)
     except ValueError:
         return None
     if tensor is None or tensor.size > max_elements:
         return None
-    return ir.serde.serialize_tensor(tensor)
+    return tensor
 
 
 def _infer_node(
@@ -75,9 +79,9 @@ def _infer_node(
         name = f"in{index}"
         names.append(name)
         types[name] = _type_proto(dtype, shape)
-        const = _const(value, max_elements)
+        const = small_constant(value, max_elements)
         if const is not None:
-            data[name] = const
+            data[name] = ir.serde.serialize_tensor(const)
     outputs = [f"out{i}" for i in range(len(node.outputs))]
     proto = onnx.helper.make_node(node.op_type, names, outputs, domain=node.domain)
     for attr in node.attributes.values():

@@ -67,6 +67,7 @@ from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.names import canonical_ep_name
 from onnxscript_ep_passes.ep.placement import NodePlacement, PlacementPrediction, predict_placement
+from onnxscript_ep_passes.ep.shapes import small_constant
 from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.context import NodeRefusedError
@@ -153,15 +154,8 @@ class LegalizationResult:
 
 
 def _const_array(value: ir.Value | None, max_elements: int) -> np.ndarray | None:
-    if value is None:
-        return None
-    try:
-        tensor = ir.convenience.get_const_tensor(value)
-    except ValueError:
-        return None
-    if tensor is None or tensor.size > max_elements:
-        return None
-    return tensor.numpy()
+    tensor = small_constant(value, max_elements)
+    return None if tensor is None else tensor.numpy()
 
 
 def _static_dims(node: ir.Node) -> list[int] | None:
