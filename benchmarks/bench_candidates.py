@@ -3,7 +3,7 @@
 For each dynamic-shape export of ``tests/torch_models.py`` (tiny 4-layer Llama, Qwen3,
 Gemma3, Phi-3; dynamic batch, sequence and attention mask, ``-kv`` with a KV cache; random
 weights, nothing downloaded; opsets above 25 up-converted from the opset-24 export), the
-EP pass's candidates on WebGPU (``choose_target_opset``: every reachable opset, plain and
+EP pass's candidates on WebGPU (``candidate_models``: every reachable opset, plain and
 legalized) are each built and run in a real session of the WebGPU plugin EP (Mesa
 lavapipe here) at ORT's default optimization level
 (:func:`onnxscript_ep_passes.ep.measure.measure_candidate`): Memcpy nodes in ORT's
@@ -63,19 +63,19 @@ def _bench_model(name: str, opset: int, dims: str | None, runs: int) -> dict[str
 
     from onnxscript_ep_passes.ep import get_table
     from onnxscript_ep_passes.ep.measure import measure_candidate
-    from onnxscript_ep_passes.passes.lower_for_ep import build_candidate, choose_target_opset
+    from onnxscript_ep_passes.passes.lower_for_ep import candidate_models
 
     kind, variant = name.split("-")
     proto = llm_export(kind, opset, kv_cache=variant == "kv")
     model = ir.serde.deserialize_model(proto)
     table = get_table("webgpu")
     start = time.perf_counter()
-    choice = choose_target_opset(model, table, dims=dims)
+    choice, models = candidate_models(model, table, dims=dims)
     choose_s = time.perf_counter() - start
     rows = []
     for legalized, costs in ((False, choice.costs), (True, choice.legalized_costs)):
         for cand_opset, cost in sorted(costs.items(), reverse=True):
-            built = build_candidate(model, table, choice, cand_opset, legalized)
+            built = models[(cand_opset, legalized)]
             measured = measure_candidate(built, "webgpu", choice.dims, runs=runs)
             rows.append(
                 {

@@ -103,9 +103,8 @@ def _lower(proto: Any, ep: str, ort_version: str | None, table: Any = None) -> t
     from onnxscript_ep_passes.passes import LowerOpsetForEpPass
 
     model = ir.serde.deserialize_model(proto)
-    lowering = LowerOpsetForEpPass(ep, ort_version, table=table)
-    lowering(model)
-    return ir.serde.serialize_model(model), lowering.last_choice
+    result = LowerOpsetForEpPass(ep, ort_version, table=table)(model)
+    return ir.serde.serialize_model(model), getattr(result, "choice", None)
 
 
 def run_case(kind: str, opset: int, webgpu_table: Any) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from onnxscript_ep_passes.ep.dims import parse_dims
 from onnxscript_ep_passes.errors import DowngradeError
 from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
 from onnxscript_ep_passes.model_io import load_model, save_model
-from onnxscript_ep_passes.passes.lower_for_ep import LowerOpsetForEpPass
+from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringResult, LowerOpsetForEpPass
 from onnxscript_ep_passes.report import choice_report, format_report, placement_report
 
 logger = logging.getLogger("onnxscript_ep_passes")
@@ -136,12 +136,12 @@ def _lower(args: argparse.Namespace) -> int:
     else:
         lowering = LowerOpsetPass(args.target_opset)
     try:
-        lowering(model)
+        result = lowering(model)
     except DowngradeError as error:
         sys.stderr.write(f"{error}\n")
         return EXIT_REFUSED
-    if args.report_json and isinstance(lowering, LowerOpsetForEpPass):
-        choice = lowering.last_choice
+    if args.report_json and isinstance(result, EpLoweringResult):
+        choice = result.choice
         if choice is not None:
             # The lowering keeps the graph inputs, whose dimensions the report names.
             report = choice_report(model, choice, model_name=args.model)

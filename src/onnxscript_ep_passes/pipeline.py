@@ -6,11 +6,9 @@
 2. :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass` (the opset best for the EP);
 3. the optimizer and the fusions again, on a copy that shares the weights: fusions that
    only fire at the lower opset (onnxscript fuses RMSNormalization, RotaryEmbedding and
-   GQA only at opset 23) are recovered. The copy replaces the model only when its
-   estimated cost on the EP (:mod:`~onnxscript_ep_passes.ep.cost`) is no higher, so
-   a fusion into an op the EP cannot run is never kept.
-
-``dims``, ``measure`` and ``kernel_table`` are passed to the lowering (step 2).
+   GQA only at opset 23) are recovered. The copy replaces the model only when the
+   predicted placement on the EP is no worse (fallback nodes, then Memcpy nodes), so a
+   fusion into an op the EP cannot run is never kept.
 
 :data:`ep_pass_list` gives the same passes as a list, to append to one's own pipeline.
 """
@@ -27,6 +25,7 @@ import onnx_ir as ir
 from onnxscript.optimizer import optimize
 from onnxscript.rewriter import onnx_fusions
 
+from onnxscript_ep_passes._copies import adopt
 from onnxscript_ep_passes.ep.cost import placement_cost
 from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
@@ -75,17 +74,18 @@ def optimize_for_ep(
     measure: bool = False,
     kernel_table: str | os.PathLike[str] | None = None,
 ) -> ir.Model:
-    """Optimize ``model`` for ``ep`` in place (see module docstring) and return it."""
+    """Optimize ``model`` for ``ep`` in place (see module docstring) and return it.
+
+    ``dims``, ``measure`` and ``kernel_table`` are passed to the lowering (step 2); the
+    fused copy is compared on the same objective (``dims``).
+    """
     _OptimizeAndFuse()(model)
     canonical = canonical_ep_name(ep)
     if canonical in CPU_EPS:
         return model
     sizes = DimSizes.of(dims)
-    table = (
-        table
-        if table is not None
-        else resolve_table(canonical, ort_version, kernel_table=kernel_table, measure=measure)
-    )
+    if table is None:
+        table = resolve_table(canonical, ort_version, kernel_table=kernel_table, measure=measure)
     lowering = LowerOpsetForEpPass(
         canonical, ort_version, target_opset, table=table, dims=sizes, measure=measure
     )
@@ -96,12 +96,10 @@ def optimize_for_ep(
     score_before = placement_cost(predict_placement(model, table), model, sizes)
     score_after = placement_cost(predict_placement(candidate, table), candidate, sizes)
     if not score_before.improves_on(score_after):
-        model.graph = candidate.graph
-        model.functions.clear()
-        model.functions.update(candidate.functions)
+        adopt(model, candidate)
     else:
         logger.info(
-            "kept the unfused model: fusing would cost %s instead of %s on %s",
+            "kept the unfused model: fusing would give %s instead of %s on %s",
             score_after,
             score_before,
             canonical,

@@ -38,7 +38,6 @@ from __future__ import annotations
 __all__ = ["SCHEMA_VERSION", "choice_report", "format_report", "placement_report", "report_schema"]
 
 import collections
-import dataclasses
 import functools
 import importlib.resources
 import json
@@ -147,7 +146,7 @@ def choice_report(
         "candidates": _candidates(choice),
         "chosen": {"opset": choice.chosen_opset, "legalized": choice.legalized},
         "blocked": None if choice.blocked is None else str(choice.blocked),
-        "decisions": [dataclasses.asdict(d) for d in choice.decisions],
+        "decisions": [d.to_dict() for d in choice.decisions],
         "before": _side(choice.source_opset, choice.before),
         "after": _side(choice.chosen_opset, choice.after),
     }

@@ -30,7 +30,11 @@ import onnx_ir as ir
 
 from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
-from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringChoice, LowerOpsetForEpPass
+from onnxscript_ep_passes.passes.lower_for_ep import (
+    EpLoweringChoice,
+    EpLoweringResult,
+    LowerOpsetForEpPass,
+)
 
 
 class _HasModel(Protocol):
@@ -72,9 +76,11 @@ def lower_for_ep(
     lowering = LowerOpsetForEpPass(
         ep, ort_version, target_opset, dims=dims, measure=measure, kernel_table=kernel_table
     )
-    if lowering(_model_of(program)).modified:
+    result = lowering(_model_of(program))
+    if result.modified:
         _model_changed(program)
-    return lowering.last_choice
+    assert isinstance(result, EpLoweringResult)
+    return result.choice
 
 
 def lower_program_opset(program: _HasModel, target_opset: int) -> bool:

@@ -30,7 +30,7 @@ import pytest
 from onnxscript_ep_passes.ep import KernelTable
 from onnxscript_ep_passes.lowering.lower_opset import max_ir_version_for_opset
 from onnxscript_ep_passes.passes import LowerOpsetForEpPass
-from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringChoice
+from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringChoice, EpLoweringResult
 from tests.e2e.helpers import EpRun, audit_fallback, default_opset_of, run_on_webgpu
 from tests.harness import run_model
 from tests.torch_models import export_proto, sample_inputs
@@ -63,9 +63,9 @@ def _lowered(kind: str, opset: int, table: KernelTable) -> Lowered:
     original = export_proto(kind, opset)
     assert default_opset_of(original) == opset, "the exporter did not honour the opset"
     model = ir.serde.deserialize_model(export_proto(kind, opset))
-    lowering = LowerOpsetForEpPass("webgpu", table=table)
-    lowering(model)
-    choice = lowering.last_choice
+    result = LowerOpsetForEpPass("webgpu", table=table)(model)
+    assert isinstance(result, EpLoweringResult)
+    choice = result.choice
     assert choice is not None and choice.table_source == table.source
     return Lowered(original, ir.serde.serialize_model(model), model, choice, sample_inputs(kind))
 

@@ -68,8 +68,7 @@ def _runs(kind: str, kv: bool, opset: int, table: KernelTable) -> dict[str, obje
     feeds = llm_inputs(original)
     model = ir.serde.deserialize_model(original)
     lowering = LowerOpsetForEpPass("webgpu", table=table)
-    lowering(model)
-    choice = lowering.last_choice
+    choice = lowering(model).choice
     assert choice is not None
     lowered = ir.serde.serialize_model(model)
     forced: dict[int, EpRun] = {}
@@ -134,8 +133,7 @@ def test_measure_chooses_the_fastest_measured_candidate(webgpu_table: KernelTabl
     model = ir.serde.deserialize_model(original)
     dims = {"batch": 1, "sequence_length": 16}
     lowering = LowerOpsetForEpPass("webgpu", table=webgpu_table, dims=dims, measure=True)
-    lowering(model)
-    choice = lowering.last_choice
+    choice = lowering(model).choice
     assert choice is not None and choice.measured
     measured = choice.measured
     assert (24, False) in measured  # the source

@@ -19,6 +19,7 @@ from onnxscript_ep_passes.ep import (
     traits_for,
 )
 from tests.ep.models import chain_model, cnn_model, function_model, if_model, shared_input_model
+from tests.ep.snapshot_oracle import has_kernel, snapshot_rows
 
 F = TensorProto.FLOAT
 ALL_FLOAT = ["tensor(float)", "tensor(float16)"]
@@ -195,15 +196,20 @@ def test_shape_computation_preferred_on_cpu_is_not_fallback() -> None:
     names = _by_name(pred)
     for name in ("gather", "unsqueeze_dim", "concat"):
         assert names[name].placement == "cpu" and names[name].is_shape_computation, name
-        assert names[name].reason == "shape computation (ORT prefers CPU)"
+        assert names[name].reason_code == "shape_computation"
     assert names["shape"].placement == "ep" and names["reshape_dyn"].placement == "ep"
     assert pred.fallback_nodes == [] and pred.memcpy == 0
     assert pred.summary()["Unsqueeze"] == {"ep": 1, "shape": 1}
-    # The same model at opset 21: CUDA 1.24 has no Flatten-21 or Identity-21 kernel; each
-    # costs a copy in and a copy out.
-    pred = predict_placement(chain_model(21), table, traits=traits_for("cuda"))
-    assert [n.name for n in pred.fallback_nodes] == ["flatten", "identity"]
-    assert (pred.memcpy_from_host, pred.memcpy_to_host) == (2, 2)
+    # The same model at opset 21: the nodes without a kernel (by an independent reading of
+    # the snapshot, see snapshot_oracle) fall back, and each costs a copy in and a copy out.
+    rows = snapshot_rows("cuda-ort-1.24")
+    for opset in (18, 21):
+        proto = chain_model(opset)
+        pred = predict_placement(proto, table, traits=traits_for("cuda"))
+        expected = [n.name for n in proto.graph.node if not has_kernel(rows, n.op_type, opset)]
+        assert [n.name for n in pred.fallback_nodes] == expected
+    assert expected, "at opset 21 some node of the chain has no CUDA 1.24 kernel"
+    assert (pred.memcpy_from_host, pred.memcpy_to_host) == (len(expected), len(expected))
 
 
 def test_layout_transposes_for_nhwc_eps() -> None:

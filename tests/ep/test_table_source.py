@@ -57,8 +57,7 @@ def test_the_pass_uses_a_kernel_table_file(tmp_path: Path) -> None:
     )
     model = ir.from_proto(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 24)]))
     lowering = LowerOpsetForEpPass("tensorrt", kernel_table=_file(tmp_path))
-    lowering(model)
-    choice = lowering.last_choice
+    choice = lowering(model).choice
     assert choice is not None and choice.table_source.startswith("file:")
     assert choice.chosen_opset == 22  # Reshape-21 has a kernel; ties go to the higher opset
     assert model.opset_imports[""] == 22
@@ -90,8 +89,7 @@ def test_without_a_table_measuring_runs_every_reachable_opset(webgpu: None) -> N
     empty = type(table).from_rows(table.ep, table.ort_version, MEASURED_ONLY, [])
     model = _chain_at_25()
     lowering = LowerOpsetForEpPass("webgpu", table=empty, measure=True, dims={"batch": 2})
-    lowering(model)
-    choice = lowering.last_choice
+    choice = lowering(model).choice
     assert choice is not None and not choice.legalized_predictions
     assert set(choice.measured) == {(o, False) for o in range(18, 26)}
     fastest = min(choice.measured, key=lambda k: choice.measured[k].latency_ms)

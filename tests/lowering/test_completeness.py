@@ -19,14 +19,12 @@ from onnxscript_ep_passes.lowering.docs_table import (
     render_adapter_doc,
     render_adapter_table,
 )
-from onnxscript_ep_passes.lowering.lower_opset import _load_adapters
 
 LOW, HIGH = 18, 28
 DOC = Path(__file__).resolve().parents[2] / "docs" / "adapters.md"
 
 
 def _missing(low: int, high: int) -> list[str]:
-    _load_adapters()
     return [
         f"{diff.op_type}-{diff.version} ({diff.kind}: {diff.summary})"
         for diff in sorted(schemas.schema_steps(low, high), key=lambda d: (d.version, d.op_type))
@@ -52,7 +50,6 @@ def test_every_schema_change_of_one_opset_has_a_rule(version: int) -> None:
 
 
 def test_derived_rules_are_exactly_the_type_only_steps() -> None:
-    _load_adapters()
     for diff in schemas.schema_steps(LOW, HIGH):
         entry = DEFAULT_REGISTRY.lookup("", diff.op_type, diff.version)
         if entry is not None and entry.derived:
@@ -62,7 +59,6 @@ def test_derived_rules_are_exactly_the_type_only_steps() -> None:
 
 
 def test_every_handwritten_adapter_describes_its_step() -> None:
-    _load_adapters()
     undocumented = [
         f"{e.op_type}-{e.version} ({getattr(e.adapter, '__name__', e.adapter)})"
         for e in DEFAULT_REGISTRY.handwritten()
@@ -72,7 +68,6 @@ def test_every_handwritten_adapter_describes_its_step() -> None:
 
 
 def test_table_has_one_row_per_rule() -> None:
-    _load_adapters()
     table = render_adapter_table(LOW, HIGH)
     rows = table.strip().splitlines()
     assert rows[0] == "| op | step | kind | what it does |"

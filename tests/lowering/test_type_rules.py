@@ -42,7 +42,7 @@ from onnx import TensorProto
 
 from onnxscript_ep_passes import DEFAULT_REGISTRY, AdapterEntry, DowngradeError, lower_opset
 from onnxscript_ep_passes.lowering import schemas
-from onnxscript_ep_passes.lowering.lower_opset import _load_adapters, max_ir_version_for_opset
+from onnxscript_ep_passes.lowering.lower_opset import max_ir_version_for_opset
 from tests.harness import assert_lowers_exactly, assert_refuses, make_model, run_model
 from tests.lowering.backend_cases import (
     RANDOM_OPS,
@@ -56,7 +56,6 @@ from tests.lowering.backend_cases import (
 LOW, HIGH = 18, 28
 ONE_STEP_CASES = 3  # backend cases per step for the one-step variant
 
-_load_adapters()  # hand-written adapters take precedence over derived rules
 DERIVED = [entry for entry in DEFAULT_REGISTRY.entries(LOW, HIGH) if entry.derived]
 WIDENING = [e for e in DERIVED if schemas.step_diff(e.op_type, e.version).added_types]
 # Steps of ops that exist at opset 18 and are more than one step above it.

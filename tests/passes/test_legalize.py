@@ -15,7 +15,7 @@ import onnx.helper as oh
 import onnx_ir as ir
 import pytest
 
-from onnxscript_ep_passes.ep import KernelTable, get_table
+from onnxscript_ep_passes.ep import KernelTable, get_table, predict_placement
 from onnxscript_ep_passes.lowering.context import NodeRefusedError
 from onnxscript_ep_passes.lowering.expansion import (
     _meaning_kept,
@@ -23,7 +23,10 @@ from onnxscript_ep_passes.lowering.expansion import (
     function_body_version,
 )
 from onnxscript_ep_passes.passes import (
+    EpLoweringChoice,
+    EpLoweringResult,
     LegalizeForEpPass,
+    LegalizeForEpResult,
     LowerOpsetForEpPass,
     fold_static_shapes,
     legalize,
@@ -222,7 +225,7 @@ def test_legalize_expands_a_node_the_ep_cannot_run() -> None:
     original = _gelu_model(24)
     model = ir.from_proto(original)
     result = legalize(model, _table(_COMMON_OPS))
-    assert result.expanded == ["gelu"]
+    assert [n.name for n in result.expanded] == ["gelu"]
     assert [(d.node, d.op_type, d.decision) for d in result.decisions] == [
         ("gelu", "Gelu", "expand")
     ]
@@ -267,12 +270,96 @@ def test_legalize_reports_ops_without_body() -> None:
 def test_legalize_pass_and_cpu_noop() -> None:
     model = ir.from_proto(_gelu_model(24))
     assert not LegalizeForEpPass("cpu")(model).modified
-    lp = LegalizeForEpPass("dml", table=_table(_COMMON_OPS))
-    assert lp(model).modified
-    assert lp.last_result is not None and lp.last_result.expanded == ["gelu"]
+    result = LegalizeForEpPass("dml", table=_table(_COMMON_OPS))(model)
+    assert isinstance(result, LegalizeForEpResult) and result.modified
+    assert result.legalization is not None
+    assert [n.name for n in result.legalization.expanded] == ["gelu"]
+
+
+def _gelu_in_if_model(if_name: str) -> onnx.ModelProto:
+    """``y = If(c, then: Neg(Gelu(x)), else: Neg(x))``, the If named ``if_name``."""
+    out = oh.make_tensor_value_info
+
+    then_branch = oh.make_graph(
+        [
+            oh.make_node("Gelu", ["x"], ["g"], name="branch_gelu", approximate="tanh"),
+            oh.make_node("Neg", ["g"], ["t"], name="then_neg"),
+        ],
+        "then",
+        [],
+        [out("t", FLOAT, [2, 5])],
+    )
+    else_branch = oh.make_graph(
+        [oh.make_node("Neg", ["x"], ["e"], name="else_neg")], "else", [], [out("e", FLOAT, [2, 5])]
+    )
+    return make_model(
+        [
+            oh.make_node(
+                "If",
+                ["c"],
+                ["y"],
+                name=if_name,
+                then_branch=then_branch,
+                else_branch=else_branch,
+            )
+        ],
+        [out("x", FLOAT, [2, 5]), out("c", onnx.TensorProto.BOOL, [])],
+        [out("y", FLOAT, [2, 5])],
+        24,
+    )
+
+
+def test_an_if_named_function_gate_does_not_put_its_branch_in_a_function() -> None:
+    # Decisions come from the IR, not from labels: the If's name reads like the label of
+    # a model-local function, its branch's Gelu is still a candidate and is expanded.
+    original = _gelu_in_if_model("function_gate")
+    model = ir.from_proto(original)
+    table = _table((*_COMMON_OPS, "If"))
+    placed = {p.name: p for p in predict_placement(model, table).nodes}
+    assert "function" in placed["branch_gelu"].scope  # the label says "function" ...
+    assert placed["branch_gelu"].function is None  # ... the structure does not
+    result = legalize(model, table)
+    assert [(d.node, d.decision) for d in result.decisions] == [("branch_gelu", "expand")]
+    assert _ops(model)["Gelu"] == 0
+    feeds = {**_feeds(), "c": np.array(True)}
+    _assert_same_outputs(original, model, feeds)
+
+
+def test_a_node_of_a_model_local_function_is_not_rewritten() -> None:
+    function = oh.make_function(
+        "local",
+        "GeluBlock",
+        ["x"],
+        ["y"],
+        [
+            oh.make_node("Gelu", ["x"], ["g"], name="fn_gelu", approximate="tanh"),
+            oh.make_node("Neg", ["g"], ["y"], name="fn_neg"),
+        ],
+        [oh.make_opsetid("", 24)],
+    )
+    original = make_model(
+        [oh.make_node("GeluBlock", ["x"], ["y"], name="call", domain="local")],
+        [oh.make_tensor_value_info("x", FLOAT, [2, 5])],
+        [oh.make_tensor_value_info("y", FLOAT, [2, 5])],
+        24,
+        functions=[function],
+        extra_opsets={"local": 1},
+    )
+    model = ir.from_proto(original)
+    result = legalize(model, _table(_COMMON_OPS))
+    (decision,) = result.decisions
+    assert decision.decision == "cpu" and "model-local function" in decision.reason
+    assert decision.ir_node is not None and decision.ir_node.op_type == "Gelu"
+    assert not result.modified
 
 
 # -- inside the EP pass ------------------------------------------------------------------
+
+
+def _choice(lowering: LowerOpsetForEpPass, model: ir.Model) -> EpLoweringChoice:
+    result = lowering(model)
+    assert isinstance(result, EpLoweringResult) and result.choice is not None
+    return result.choice
 
 
 def test_lower_for_ep_prefers_a_native_kernel_at_a_lower_opset_to_expansion() -> None:
@@ -292,10 +379,7 @@ def test_lower_for_ep_prefers_a_native_kernel_at_a_lower_opset_to_expansion() ->
         24,
     )
     model = ir.from_proto(original)
-    lowering = LowerOpsetForEpPass("dml", table=table)
-    lowering(model)
-    choice = lowering.last_choice
-    assert choice is not None
+    choice = _choice(LowerOpsetForEpPass("dml", table=table), model)
     assert choice.legalized_predictions[24].fully_on_ep  # expansion would do as well ...
     assert choice.chosen_opset == 21 and not choice.legalized  # ... but native is preferred
     assert [(d.node, d.decision) for d in choice.decisions] == [("elu", "lower")]
@@ -306,11 +390,11 @@ def test_lower_for_ep_prefers_a_native_kernel_at_a_lower_opset_to_expansion() ->
 def test_lower_for_ep_legalizes_and_records_decisions() -> None:
     original = _gelu_model(24)
     model = ir.from_proto(original)
-    lowering = LowerOpsetForEpPass("dml", table=_table(_COMMON_OPS))
-    assert lowering(model).modified
-    choice = lowering.last_choice
+    result = LowerOpsetForEpPass("dml", table=_table(_COMMON_OPS))(model)
+    assert isinstance(result, EpLoweringResult) and result.modified
+    choice = result.choice
     assert choice is not None and choice.legalized and choice.chosen_opset == 24
-    assert choice.expanded == ("gelu",)
+    assert [n.name for n in choice.expanded] == ["gelu"]
     assert [(d.node, d.decision) for d in choice.decisions] == [("gelu", "expand")]
     assert choice.after.fully_on_ep and not choice.before.fully_on_ep
     _assert_same_outputs(original, model, _feeds())
@@ -322,9 +406,8 @@ def test_lower_for_ep_without_legalization_is_the_plain_choice() -> None:
     original = _gelu_model(24)
     plain = LowerOpsetForEpPass("dml", table=_table(_COMMON_OPS), legalize=False)
     model = ir.from_proto(original)
-    plain(model)
-    choice = plain.last_choice
-    assert choice is not None and not choice.legalized and not choice.legalized_predictions
+    choice = _choice(plain, model)
+    assert not choice.legalized and not choice.legalized_predictions
     assert choice.chosen_opset == 19 and model.opset_imports[""] == 19
     assert [(d.node, d.decision) for d in choice.decisions] == [("gelu", "expand")]
     assert "the lowering to opset 19 expanded it" in choice.decisions[0].reason
@@ -361,10 +444,8 @@ def test_cuda_keeps_attention(ort_version: str, opset: int) -> None:
     model = ir.from_proto(export_proto("llama", opset))
     assert _ops(model)["Attention"] == 2
     table = get_table("cuda", ort_version)
-    lowering = LowerOpsetForEpPass("cuda", table=table)
-    lowering(model)
-    choice = lowering.last_choice
-    assert choice is not None and not choice.legalized
+    choice = _choice(LowerOpsetForEpPass("cuda", table=table), model)
+    assert not choice.legalized
     assert _ops(model)["Attention"] == 2
     assert not any(d.op_type == "Attention" and d.decision != "lower" for d in choice.decisions)
     assert not choice.after.fallback_nodes

@@ -21,7 +21,7 @@ import onnxruntime as ort
 import pytest
 
 from onnxscript_ep_passes.ep import KernelTable, make_webgpu_session_options, measure_placement
-from onnxscript_ep_passes.passes import EpLoweringChoice, LowerOpsetForEpPass
+from onnxscript_ep_passes.passes import EpLoweringChoice, EpLoweringResult, LowerOpsetForEpPass
 from tests.harness import run_model
 from tests.torch_models import DECODERS, export_proto, sample_inputs
 
@@ -44,10 +44,9 @@ def _legalized(
     kind: str, opset: int, table: KernelTable
 ) -> tuple[onnx.ModelProto, EpLoweringChoice]:
     model = ir.from_proto(export_proto(kind, opset))
-    lowering = LowerOpsetForEpPass("webgpu", table=table)
-    lowering(model)
-    assert lowering.last_choice is not None
-    return ir.to_proto(model), lowering.last_choice
+    result = LowerOpsetForEpPass("webgpu", table=table)(model)
+    assert isinstance(result, EpLoweringResult) and result.choice is not None
+    return ir.to_proto(model), result.choice
 
 
 def _webgpu_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -113,9 +112,9 @@ def test_attention_ort_inlines_is_expanded_with_its_shape_math_folded(
     # expands the node itself and folds that shape math.
     original = export_proto("llama", 25)
     model = ir.from_proto(original)
-    lowering = LowerOpsetForEpPass("webgpu", target_opset=25, table=webgpu_table)
-    lowering(model)
-    choice = lowering.last_choice
+    result = LowerOpsetForEpPass("webgpu", target_opset=25, table=webgpu_table)(model)
+    assert isinstance(result, EpLoweringResult)
+    choice = result.choice
     assert choice is not None and choice.legalized and choice.chosen_opset == 25
     attention = [d for d in choice.decisions if d.op_type == "Attention"]
     assert [d.decision for d in attention] == ["expand", "expand"]

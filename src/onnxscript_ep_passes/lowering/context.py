@@ -18,6 +18,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxscript_ep_passes.lowering import schemas
+from onnxscript_ep_passes.lowering.function_body import expand_function_body
 from onnxscript_ep_passes.lowering.types import TypeOracle, infer_node_output_types
 
 
@@ -214,9 +215,7 @@ class DowngradeContext:
         return self.constant(np.array(value, dtype=dtype.numpy()))
 
     def expand_function(self) -> list[ir.Value | None]:
-        """Replace the node by its ONNX function body (see :mod:`.expansion`)."""
-        from onnxscript_ep_passes.lowering.expansion import expand_function_body
-
+        """Replace the node by its ONNX function body (see :mod:`.function_body`)."""
         return expand_function_body(self)
 
     def fresh_name(self, op_type: str) -> str:

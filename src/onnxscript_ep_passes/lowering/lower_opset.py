@@ -23,6 +23,10 @@ Rules the pass follows:
    what the model's other imported domains, such as ai.onnx.ml, need), and stale
    per-node version overrides cleared. Other domains are left as they are.
 6. A model already at or below the target is left alone (``modified=False``).
+7. The result (:class:`LoweringResult`, a ``PassResult``) reports the nodes the adapters
+   built that are in the model now and the model's nodes they replaced, so callers never
+   find them by comparing names. :func:`run_lowering` is the lowering itself (it logs at
+   DEBUG only); :class:`LowerOpsetPass` and :func:`lower_opset` add one INFO line.
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ __all__ = [
     "MIN_TARGET_OPSET",
     "ORT_TRACKING_ISSUE",
     "LowerOpsetPass",
+    "LoweringResult",
     "default_opset",
     "lower_opset",
     "max_ir_version_for_opset",
+    "run_lowering",
 ]
 
 import dataclasses
@@ -141,6 +147,7 @@ class _Lowering:
         self.names = NodeNames(model)
         self.refusals: list[Refusal] = []
         self.rewritten: set[int] = set()  # ids of the nodes adapters changed
+        self.built_nodes: list[ir.Node] = []  # every node the adapters built, in order
         self.journal = _Journal()
         self._dead: list[ir.Node] = []
         self._dead_ids: set[int] = set()
@@ -172,8 +179,11 @@ class _Lowering:
                     opset = node.version if node.version is not None else scope.opset
                     self.lower_node(node, opset, scope.label)
 
-    def commit(self) -> None:
+    def commit(self) -> tuple[list[ir.Node], list[ir.Node]]:
+        """Remove the replaced nodes; return the built nodes kept and the model's replaced."""
         self._take_back_shapes()
+        made = set(self.built_nodes)
+        replaced = [node for node in self._dead if node not in made]
         for node in self._dead:
             assert node.graph is not None
             node.graph.remove(node, safe=True)
@@ -184,6 +194,7 @@ class _Lowering:
             if not value.uses() and not value.is_graph_output() and not value.is_graph_input():
                 assert value.name is not None
                 graph.initializers.pop(value.name, None)
+        return [node for node in self.built_nodes if node.graph is not None], replaced
 
     def rollback(self) -> None:
         self._take_back_shapes()
@@ -223,6 +234,7 @@ class _Lowering:
                 return
             built = ctx.built
             self.journal.built([n for n, _ in built])
+            self.built_nodes.extend(n for n, _ in built)
             if result is not None or built or (changed is not None and changed()):
                 self.rewritten.add(id(node))
                 logger.debug(
@@ -363,23 +375,90 @@ def _relabel(model: ir.Model, target: int) -> None:
             model.ir_version = limit
 
 
+@dataclasses.dataclass
+class LoweringResult(ir.passes.PassResult):
+    """What one lowering did (rule 7).
+
+    Attributes:
+        source_opset: The model's ai.onnx opset before (None when it imports none).
+        target_opset: The opset asked for.
+        built: The nodes the adapters built that are in the model now (main graph,
+            subgraphs and functions), in the order they were built.
+        replaced: The model's nodes the adapters replaced (no longer in the model).
+        rewritten: How many of the model's nodes adapters changed or replaced.
+    """
+
+    source_opset: int | None = None
+    target_opset: int = 0
+    built: tuple[ir.Node, ...] = ()
+    replaced: tuple[ir.Node, ...] = ()
+    rewritten: int = 0
+
+
+def run_lowering(
+    model: ir.Model, target_opset: int, *, registry: AdapterRegistry | None = None
+) -> LoweringResult:
+    """Lower ``model`` in place to ``target_opset`` (module docstring), logging at DEBUG only.
+
+    Raises:
+        ValueError: ``target_opset`` is below :data:`MIN_TARGET_OPSET`.
+        DowngradeError: some node has no exact equivalent at the target (every offending
+            node listed); the model is then unchanged.
+    """
+    if target_opset < MIN_TARGET_OPSET:
+        raise ValueError(
+            f"target_opset {target_opset} is below {MIN_TARGET_OPSET}, the lowest supported"
+        )
+    source = default_opset(model.opset_imports)
+    lowering = _Lowering(model, target_opset, registry or DEFAULT_REGISTRY)
+    if not lowering.scopes():
+        logger.debug("'%s' is already at or below opset %d", model.graph.name, target_opset)
+        return LoweringResult(model, False, source, target_opset)
+    try:
+        lowering.run()
+    except BaseException:
+        lowering.rollback()
+        raise
+    if lowering.refusals:
+        lowering.rollback()
+        raise DowngradeError(
+            lowering.refusals,
+            source_opset=source,
+            target_opset=target_opset,
+            model_name=model.graph.name,
+        )
+    built, replaced = lowering.commit()
+    _relabel(model, target_opset)
+    return LoweringResult(
+        model, True, source, target_opset, tuple(built), tuple(replaced), len(lowering.rewritten)
+    )
+
+
+def _announce(result: LoweringResult, ep: str | None = None) -> None:
+    if not result.modified:
+        return
+    logger.info(
+        "Lowered model '%s' from opset %s to %d%s (%d nodes rewritten). "
+        "Track when this workaround can go: %s",
+        result.model.graph.name,
+        result.source_opset,
+        result.target_opset,
+        f" for EP {ep}" if ep else "",
+        result.rewritten,
+        ORT_TRACKING_ISSUE,
+    )
+
+
 class LowerOpsetPass(ir.passes.InPlacePass):
     """Lower the model's ai.onnx opset to ``target_opset``, exactly, or raise.
 
-    See :mod:`onnxscript_ep_passes.lowering.lower_opset` for the rules. ``ep`` only names
-    the EP in the INFO log; ``announce=False`` turns that log into a DEBUG one. Raises
-    :class:`~onnxscript_ep_passes.DowngradeError` (listing every offending node) when
-    some node has no exact equivalent at the target; the model is then unchanged.
+    See :mod:`onnxscript_ep_passes.lowering.lower_opset` for the rules; the result is a
+    :class:`LoweringResult`. Raises :class:`~onnxscript_ep_passes.DowngradeError` (listing
+    every offending node) when some node has no exact equivalent at the target; the model
+    is then unchanged.
     """
 
-    def __init__(
-        self,
-        target_opset: int,
-        *,
-        registry: AdapterRegistry | None = None,
-        ep: str | None = None,
-        announce: bool = True,
-    ) -> None:
+    def __init__(self, target_opset: int, *, registry: AdapterRegistry | None = None) -> None:
         super().__init__()
         if target_opset < MIN_TARGET_OPSET:
             raise ValueError(
@@ -387,50 +466,11 @@ class LowerOpsetPass(ir.passes.InPlacePass):
             )
         self.target_opset = target_opset
         self.registry = registry or DEFAULT_REGISTRY
-        self.ep = ep
-        self.announce = announce
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        _load_adapters()
-        source = default_opset(model.opset_imports)
-        lowering = _Lowering(model, self.target_opset, self.registry)
-        if not lowering.scopes():
-            logger.debug(
-                "'%s' is already at or below opset %d", model.graph.name, self.target_opset
-            )
-            return ir.passes.PassResult(model, modified=False)
-        try:
-            lowering.run()
-        except BaseException:
-            lowering.rollback()
-            raise
-        if lowering.refusals:
-            lowering.rollback()
-            raise DowngradeError(
-                lowering.refusals,
-                source_opset=source,
-                target_opset=self.target_opset,
-                model_name=model.graph.name,
-            )
-        lowering.commit()
-        _relabel(model, self.target_opset)
-        logger.log(
-            logging.INFO if self.announce else logging.DEBUG,
-            "Lowered model '%s' from opset %s to %d%s (%d nodes rewritten). "
-            "Track when this workaround can go: %s",
-            model.graph.name,
-            source,
-            self.target_opset,
-            f" for EP {self.ep}" if self.ep else "",
-            len(lowering.rewritten),
-            ORT_TRACKING_ISSUE,
-        )
-        return ir.passes.PassResult(model, modified=True)
-
-
-def _load_adapters() -> None:
-    # Importing the package registers every hand-written adapter.
-    from onnxscript_ep_passes.lowering import adapters  # noqa: F401
+    def call(self, model: ir.Model) -> LoweringResult:
+        result = run_lowering(model, self.target_opset, registry=self.registry)
+        _announce(result)
+        return result
 
 
 @overload
@@ -440,10 +480,13 @@ def lower_opset(
     model: onnx.ModelProto, target_opset: int, *, ep: str | None = None
 ) -> onnx.ModelProto: ...
 def lower_opset(model: _ModelT, target_opset: int, *, ep: str | None = None) -> _ModelT:
-    """Lower ``model`` to ``target_opset``: an IR model in place, a proto into a new proto."""
+    """Lower ``model`` to ``target_opset``: an IR model in place, a proto into a new proto.
+
+    ``ep``, when given, is named in the INFO log line.
+    """
     if isinstance(model, onnx.ModelProto):
         ir_model = ir.serde.deserialize_model(model)
-        LowerOpsetPass(target_opset, ep=ep)(ir_model)
+        _announce(run_lowering(ir_model, target_opset), ep)
         return ir.serde.serialize_model(ir_model)
-    LowerOpsetPass(target_opset, ep=ep)(model)
+    _announce(run_lowering(model, target_opset), ep)
     return model

@@ -10,45 +10,59 @@ Rules the pass follows:
    the model is predicted to run wholly on the EP (no fallback, no Memcpy): a lower one
    could only tie, and ties go to the higher opset.
 3. For each candidate, ORT's placement is predicted from the EP's kernel table
-   (:func:`~onnxscript_ep_passes.ep.placement.predict_placement`) and priced by the EP
-   objective (:func:`~onnxscript_ep_passes.ep.cost.placement_cost`, the one objective: the bytes each
-   Memcpy moves, the compute left on CPU, the EP's own compute as the baseline; symbolic
+   (:func:`~onnxscript_ep_passes.ep.placement.predict_placement`) and priced by the one
+   objective (:func:`~onnxscript_ep_passes.ep.cost.placement_cost`: the bytes each Memcpy
+   moves, the compute left on CPU, the EP's own compute as the baseline; symbolic
    dimensions sized by ``dims``). A candidate that moves strictly more bytes and leaves
-   strictly more CPU compute than another is dropped; the cheapest of the rest wins; ties
-   go to the fewest of the model's nodes replaced, then the higher opset (fewer
-   rewrites), then plain before legalized
-   (:func:`~onnxscript_ep_passes.ep.cost.candidate_rank`). Node counts are reported,
-   never compared.
+   strictly more CPU compute than another is never chosen; the cheapest of the rest is
+   (:func:`~onnxscript_ep_passes.ep.cost.best_candidate`); ties go to the higher opset
+   (fewer rewrites). Node counts are reported, never compared.
 4. An explicit ``target_opset`` overrides the choice (and is refused as usual when the
    model cannot reach it).
 5. It logs at INFO the original and chosen opset, the model name, the EP, the ORT version
    and the ORT tracking issue, and at WARNING every node still predicted to fall back.
 6. **Legalization** (``legalize=True``, the default): no opset choice helps a node whose op
    the EP has no kernel for at any version. So each candidate opset also gets a legalized
-   variant (:mod:`.legalize`): a copy of the model lowered to that opset, whose nodes built
-   by the lowering have their static shape math folded, and whose remaining fallback
-   nodes are expanded through their ONNX function bodies where that lowers the predicted
-   cost. All candidates, plain and legalized, compete as rule 3 says (the model's nodes
-   replaced count the lowering's rewrites and expansions and legalization's: so at equal
-   cost a native kernel at a reachable opset beats an expansion), and a node the EP runs
-   is never expanded. A chosen legalized candidate is rebuilt on
-   the model by replaying its lowering and its expansions. Each node that falls back at
-   the source opset or at the chosen one gets a
-   :class:`~onnxscript_ep_passes.passes.legalize.LegalizationDecision` (``lower``,
-   ``expand`` or ``cpu``, with the reason) in :attr:`EpLoweringChoice.decisions`, logged at
-   INFO (``cpu`` ones at DEBUG: the WARNING of rule 5 lists them).
-7. **Measuring** (``measure=True``): the estimate ranks, ORT decides. The best
-   ``MEASURE_TOP`` candidates by estimate, plus the source, the best plain and the best
-   legalized candidate, are each built and run in a real ORT session on the EP
-   (:mod:`~onnxscript_ep_passes.ep.measure`: ORT's placement record, the Memcpy nodes of
-   its optimized model, the median latency on inputs generated with the same ``dims``);
-   the fastest is chosen. Predicted and measured figures are kept in
-   :attr:`EpLoweringChoice.measured` and logged. The EP must load here.
+   variant (:mod:`.legalize`): a copy of the working copy at that opset, whose nodes built
+   by the lowering (as the lowering reports them) have their static shape math folded,
+   and whose remaining fallback nodes are expanded through their ONNX function bodies
+   where that lowers the predicted cost. All candidates, plain and legalized, compete on
+   one rank (:func:`~onnxscript_ep_passes.ep.cost.candidate_rank`): the cost, then fewer
+   of the model's nodes replaced (by the lowering's adapters, or by legalization's
+   expansions: so a native kernel at a reachable opset beats an expansion), then the
+   higher opset, then plain before legalized. Among plain candidates this picks what
+   rule 3 picks (lowering further never replaces fewer nodes), and a node the EP runs is
+   never expanded. A chosen legalized candidate is the model the pass keeps (its graph is
+   moved into the model object). Each node that falls back at the source opset or at the
+   chosen one gets a :class:`~onnxscript_ep_passes.passes.legalize.LegalizationDecision`
+   (``lower``, ``expand`` or ``cpu``, with the reason) in
+   :attr:`EpLoweringChoice.decisions`, logged at INFO (``cpu`` ones at DEBUG: the WARNING
+   of rule 5 lists them).
+7. Nodes of the copies are related to the model's by structure when a copy is made
+   (:mod:`~onnxscript_ep_passes._copies`), never by name. The pass's result is an
+   :class:`EpLoweringResult` holding the choice.
+8. **Measuring** (``measure=True``): the estimate ranks, ORT decides. The best
+   ``MEASURE_TOP`` candidates by estimate (one per distinct estimate), plus the source,
+   the best plain and the best legalized candidate, each run in a real ORT session on the
+   EP (:mod:`~onnxscript_ep_passes.ep.measure`: ORT's placement record, the Memcpy nodes
+   of its optimized model, the median latency on inputs generated with the same
+   ``dims``); the fastest is chosen. Predicted and measured figures are kept in
+   :attr:`EpLoweringChoice.measured` and logged. An EP without a kernel table
+   (:mod:`~onnxscript_ep_passes.ep.table_source`) is handled by measuring every reachable
+   opset (plain lowering only).
 """
 
 from __future__ import annotations
 
-__all__ = ["EpLoweringChoice", "LowerOpsetForEpPass", "build_candidate", "choose_target_opset"]
+__all__ = [
+    "CPU_EPS",
+    "MEASURE_TOP",
+    "EpLoweringChoice",
+    "EpLoweringResult",
+    "LowerOpsetForEpPass",
+    "candidate_models",
+    "choose_target_opset",
+]
 
 import dataclasses
 import logging
@@ -57,6 +71,7 @@ from collections.abc import Mapping
 
 import onnx_ir as ir
 
+from onnxscript_ep_passes._copies import Correspondence, adopt, copy_with_origins
 from onnxscript_ep_passes.ep.cost import (
     CandidateRank,
     PlacementCost,
@@ -68,31 +83,23 @@ from onnxscript_ep_passes.ep.cost import (
 from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.measure import CandidateMeasurement, measure_candidate, pick_fastest
-from onnxscript_ep_passes.ep.names import canonical_ep_name
+from onnxscript_ep_passes.ep.names import CPU_EP, canonical_ep_name
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
 from onnxscript_ep_passes.ep.table_source import MEASURED_ONLY, resolve_table
 from onnxscript_ep_passes.errors import DowngradeError
 from onnxscript_ep_passes.lowering.lower_opset import (
     MIN_TARGET_OPSET,
     ORT_TRACKING_ISSUE,
-    LowerOpsetPass,
     default_opset,
+    run_lowering,
 )
-from onnxscript_ep_passes.passes.legalize import (
-    LegalizationDecision,
-    LegalizationResult,
-    _inlined_by_ort,
-    _local_functions,
-)
-from onnxscript_ep_passes.passes.legalize import (
-    legalize as legalize_model,
-)
+from onnxscript_ep_passes.passes.legalize import LegalizationDecision, LegalizationResult, legalize
 
 logger = logging.getLogger(__name__)
 
-CPU_EPS = frozenset({"CPUExecutionProvider"})
+CPU_EPS = frozenset({CPU_EP})
 MEASURE_TOP = 3
-"""With ``measure``: how many candidates, best estimate first, are measured (rule 7)."""
+"""With ``measure``: how many candidates, best estimate first, are measured (rule 8)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +118,8 @@ class EpLoweringChoice:
             opset where legalization changed the model.
         decisions: What was done about each node that falls back at the source opset or,
             without legalization, at the chosen one.
-        plan: The legalized candidates' expansions (node names, in order) per opset.
+        plan: The nodes each legalized candidate expanded (nodes of that candidate's copy
+            of the model), per opset.
         costs, legalized_costs: The estimated cost of each plain / legalized candidate.
         dims: The sizes the estimate gave the symbolic dimensions.
         measured: With ``measure``, the real session's figures per ``(opset, legalized)``
@@ -128,7 +136,7 @@ class EpLoweringChoice:
     legalized: bool = False
     legalized_predictions: dict[int, PlacementPrediction] = dataclasses.field(default_factory=dict)
     decisions: tuple[LegalizationDecision, ...] = ()
-    plan: dict[int, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    plan: dict[int, tuple[ir.Node, ...]] = dataclasses.field(default_factory=dict)
     costs: dict[int, PlacementCost] = dataclasses.field(default_factory=dict)
     legalized_costs: dict[int, PlacementCost] = dataclasses.field(default_factory=dict)
     dims: DimSizes = dataclasses.field(default_factory=DimSizes)
@@ -152,44 +160,269 @@ class EpLoweringChoice:
         return self.costs[self.chosen_opset]
 
     @property
-    def expanded(self) -> tuple[str, ...]:
+    def expanded(self) -> tuple[ir.Node, ...]:
         """The nodes the chosen candidate expands (empty unless ``legalized``)."""
         return self.plan.get(self.chosen_opset, ()) if self.legalized else ()
 
 
-def _replaced(prediction: PlacementPrediction, original: set[str | None]) -> int:
-    kept = {n.name for n in prediction.nodes}
-    return sum(1 for name in original if name and name not in kept)
+@dataclasses.dataclass
+class _Candidate:
+    """One way to run the model: an opset, plain or legalized."""
+
+    opset: int
+    legalized: bool
+    prediction: PlacementPrediction
+    rank: CandidateRank
+    origin: Correspondence | None  # the candidate's copy -> the model; None: the model itself
+    legalization: LegalizationResult | None = None
+    model: ir.Model | None = None  # kept for the best legalized candidate (all: keep_models)
+
+    def model_node(self, node: ir.Node) -> ir.Node:
+        """The model's node ``node`` (of this candidate's copy) stands for; a node built on
+        the copy stands for itself."""
+        return node if self.origin is None else self.origin.nodes.get(node, node)
 
 
-def _node_names(model: ir.Model) -> set[str | None]:
-    return {node.name for node in ir.traversal.RecursiveGraphIterator(model.graph)}
+class _Search:
+    """The candidates of one model on one kernel table (module docstring, rules 2-6)."""
+
+    def __init__(
+        self, table: KernelTable, wanted: int | None, sizes: DimSizes, keep_models: bool
+    ) -> None:
+        self.table = table
+        self.wanted = wanted  # the only opset that may be chosen (target_opset), if any
+        self.sizes = sizes
+        self.keep_models = keep_models  # keep every candidate's model (to measure them)
+        self.plain: dict[int, _Candidate] = {}
+        self.legalized: dict[int, _Candidate] = {}  # those where legalization changed something
+        self.legalizations: dict[int, _Candidate] = {}  # every legalization tried
+        self.best_legalized: _Candidate | None = None
+        self.blocked: DowngradeError | None = None
+
+    def add_plain(
+        self,
+        opset: int,
+        prediction: PlacementPrediction,
+        origin: Correspondence | None,
+        replaced: int,
+        model: ir.Model,
+    ) -> _Candidate:
+        cost = placement_cost(prediction, model, self.sizes)
+        rank = candidate_rank(cost, opset=opset, replaced=replaced)
+        candidate = _Candidate(opset, False, prediction, rank, origin)
+        if self.keep_models:
+            candidate.model = copy_with_origins(model)[0]
+        self.plain[opset] = candidate
+        return candidate
+
+    def add_legalized(
+        self,
+        base: ir.Model,
+        plain: _Candidate,
+        built: set[ir.Node],
+        replaced: int,
+    ) -> None:
+        """Legalize a copy of ``base`` (the copy ``plain`` was predicted on)."""
+        variant, to_base = copy_with_origins(base)
+        into_variant = to_base.inverse()
+        ordered_built = [
+            n
+            for n in ir.traversal.RecursiveGraphIterator(variant.graph)
+            if to_base.nodes[n] in built
+        ]
+        result = legalize(
+            variant,
+            self.table,
+            built=ordered_built,
+            prediction=plain.prediction.translated(into_variant),
+            dims=self.sizes,
+        )
+        origin = to_base if plain.origin is None else to_base.then(plain.origin)
+        replaced += sum(1 for n in result.expanded if n in origin.nodes)
+        cost = placement_cost(result.after, variant, self.sizes)
+        rank = candidate_rank(cost, opset=plain.opset, replaced=replaced, legalized=True)
+        candidate = _Candidate(plain.opset, True, result.after, rank, origin, result)
+        self.legalizations[plain.opset] = candidate
+        if not result.modified:
+            return
+        self.legalized[plain.opset] = candidate
+        if self.keep_models:
+            candidate.model = variant
+        if self.wanted is not None and plain.opset != self.wanted:
+            return
+        if self.best_legalized is None or rank < self.best_legalized.rank:
+            if self.best_legalized is not None and not self.keep_models:
+                self.best_legalized.model = None
+            candidate.model = variant
+            self.best_legalized = candidate
+
+    def lower_and_predict(self, work: ir.Model, target: int, state: _WorkState) -> _Candidate:
+        result = run_lowering(work, target)
+        state.built.update(result.built)
+        state.replaced.update(
+            state.origin.nodes[n] for n in result.replaced if n in state.origin.nodes
+        )
+        plain = self.add_plain(
+            target, predict_placement(work, self.table), state.origin, len(state.replaced), work
+        )
+        return plain
 
 
-def _built_nodes(model: ir.Model, original: set[str | None]) -> list[ir.Node]:
-    """Nodes a lowering built (their names are new), in graph order."""
-    return [n for n in ir.traversal.RecursiveGraphIterator(model.graph) if n.name not in original]
+@dataclasses.dataclass
+class _WorkState:
+    """The working copy's relation to the model, as it is lowered step by step."""
+
+    origin: Correspondence
+    built: set[ir.Node] = dataclasses.field(default_factory=set)
+    replaced: set[ir.Node] = dataclasses.field(default_factory=set)  # the model's nodes
 
 
-def _legalized_variant(
-    work: ir.Model,
+@dataclasses.dataclass(frozen=True)
+class _Settings:
+    """How to choose: the objective's dims, and whether (and how much) to measure."""
+
+    sizes: DimSizes = dataclasses.field(default_factory=DimSizes)
+    measure: bool = False
+    measure_top: int = MEASURE_TOP
+    measure_runs: int = 10
+    keep_models: bool = False
+
+
+def _search(
+    model: ir.Model,
     table: KernelTable,
-    original: set[str | None],
-    prediction: PlacementPrediction,
-    sizes: DimSizes,
-) -> tuple[LegalizationResult, PlacementCost | None]:
-    """The legalized variant of ``work`` and its cost (None when nothing changed)."""
-    variant = work.clone()
-    result = legalize_model(
-        variant,
-        table,
-        built=_built_nodes(variant, original),
-        prediction=prediction,
-        dims=sizes,
+    target_opset: int | None,
+    floor: int,
+    legalize: bool,
+    settings: _Settings,
+) -> tuple[EpLoweringChoice, ir.Model | None, _Search]:
+    """The choice, the chosen legalized candidate's model (None when plain is chosen), and
+    the search (its candidates)."""
+    source = default_opset(model.opset_imports)
+    if source is None:
+        raise ValueError("the model imports no ai.onnx opset")
+    measure_top, distinct = settings.measure_top, True
+    if table.source == MEASURED_ONLY:  # no kernel table: measure every reachable opset
+        if not settings.measure:
+            raise ValueError(f"{table.ep} has no kernel table: only measuring can choose")
+        legalize, measure_top, distinct = False, 100, False
+    wanted = None if target_opset is None else min(target_opset, source)
+    keep = settings.keep_models or settings.measure
+    search = _Search(table, wanted, settings.sizes, keep)
+    source_plain = search.add_plain(source, predict_placement(model, table), None, 0, model)
+    if legalize:
+        search.add_legalized(model, source_plain, set(), 0)
+    if target_opset is not None and target_opset < source:
+        work, origin = copy_with_origins(model)
+        state = _WorkState(origin)
+        plain = search.lower_and_predict(work, target_opset, state)
+        if legalize:
+            search.add_legalized(work, plain, state.built, len(state.replaced))
+    elif not _wholly_on_ep(source_plain.prediction):
+        work, origin = copy_with_origins(model)
+        state = _WorkState(origin)
+        for opset in range(source - 1, floor - 1, -1):
+            try:
+                plain = search.lower_and_predict(work, opset, state)
+            except DowngradeError as error:
+                search.blocked = error
+                break
+            if _wholly_on_ep(plain.prediction):
+                break  # no lower opset can do better: ties go to the higher opset
+            if legalize:
+                search.add_legalized(work, plain, state.built, len(state.replaced))
+    pool = [*search.plain.values(), *search.legalized.values()]
+    if wanted is not None:
+        pool = [c for c in pool if c.opset == wanted]
+    best = best_candidate([c.rank for c in pool])
+    chosen = next(c for c in pool if c.rank is best)
+    measured: dict[tuple[int, bool], CandidateMeasurement] = {}
+    if settings.measure:
+        chosen = _measure(pool, source, table, settings, measure_top, distinct, measured)
+    decisions = _decisions(search.plain[source], chosen, search.legalizations.get(chosen.opset))
+    choice = EpLoweringChoice(
+        ep=table.ep,
+        ort_version=table.ort_version,
+        table_source=table.source,
+        source_opset=source,
+        chosen_opset=chosen.opset,
+        predictions={o: c.prediction for o, c in search.plain.items()},
+        blocked=search.blocked,
+        legalized=chosen.legalized,
+        legalized_predictions={o: c.prediction for o, c in search.legalized.items()},
+        decisions=decisions,
+        plan={
+            o: tuple(c.legalization.expanded)
+            for o, c in search.legalized.items()
+            if c.legalization is not None
+        },
+        costs={o: c.rank.cost for o, c in search.plain.items()},
+        legalized_costs={o: c.rank.cost for o, c in search.legalized.items()},
+        dims=settings.sizes,
+        measured=measured,
     )
-    if not result.modified or result.after is None:
-        return result, None
-    return result, placement_cost(result.after, variant, sizes)
+    return choice, chosen.model if chosen.legalized else None, search
+
+
+def _to_measure(
+    pool: list[_Candidate], source: int, top: int, *, distinct: bool = True
+) -> list[_Candidate]:
+    """The best ``top`` by estimate, the source, the best plain and best legalized.
+
+    With ``distinct``, among candidates with the same estimate (the same placement, e.g. a
+    legalized model at 21 and at 20) only the best ranked counts toward ``top``.
+    """
+    fine = {id(r) for r in undominated([c.rank for c in pool], lambda r: r.cost)}
+    ranked = sorted(pool, key=lambda c: (id(c.rank) not in fine, c.rank.key()))
+    picked: list[_Candidate] = []
+    for candidate in ranked:
+        same = any(c.rank.cost == candidate.rank.cost for c in picked)
+        if len(picked) < top and not (distinct and same):
+            picked.append(candidate)
+    for wanted in (
+        [c for c in ranked if c.opset == source and not c.legalized][:1],
+        [c for c in ranked if not c.legalized][:1],
+        [c for c in ranked if c.legalized][:1],
+    ):
+        picked += [c for c in wanted if c not in picked]
+    return picked
+
+
+def _measure(
+    pool: list[_Candidate],
+    source: int,
+    table: KernelTable,
+    settings: _Settings,
+    top: int,
+    distinct: bool,
+    measured: dict[tuple[int, bool], CandidateMeasurement],
+) -> _Candidate:
+    """Run the candidates of rule 8 in real sessions; the fastest (``measured`` filled)."""
+    timed = []
+    for candidate in _to_measure(pool, source, top, distinct=distinct):
+        assert candidate.model is not None  # kept: settings.measure
+        try:
+            result = measure_candidate(
+                candidate.model, table.ep, settings.sizes, runs=settings.measure_runs
+            )
+        except (RuntimeError, ImportError) as error:
+            raise ValueError(
+                f"--measure needs a session on {table.ep} here, and ORT cannot make one: {error}"
+            ) from error
+        logger.info(
+            "measured opset %d%s on %s: predicted %s; measured %d Memcpy, %d CPU nodes, %.3f ms",
+            candidate.opset,
+            " (legalized)" if candidate.legalized else "",
+            table.ep,
+            candidate.rank.cost,
+            result.memcpy,
+            result.cpu_nodes,
+            result.latency_ms,
+        )
+        measured[(candidate.opset, candidate.legalized)] = result
+        timed.append((candidate, result))
+    fastest: _Candidate = pick_fastest(timed)
+    return fastest
 
 
 def choose_target_opset(
@@ -210,193 +443,31 @@ def choose_target_opset(
     evaluated (and :class:`DowngradeError` propagates when it cannot be reached). With
     ``legalize``, each candidate opset also gets a legalized variant (rule 6). ``dims``
     sizes the symbolic dimensions for the cost estimate
-    (:class:`~onnxscript_ep_passes.ep.dims.DimSizes`: a mapping, a ``--dims`` string,
-    or None for the defaults). With ``measure``, the candidates of rule 7 are measured in
-    real sessions on ``table.ep`` and the fastest is chosen.
+    (:class:`~onnxscript_ep_passes.ep.dims.DimSizes`: a mapping, a ``--dims`` string, or
+    None for the defaults). With ``measure``, the candidates of rule 8 are run in real
+    sessions on ``table.ep`` and the fastest is chosen.
     """
-    sizes = DimSizes.of(dims)
-    if table.source == MEASURED_ONLY:  # no kernel table: measure every reachable opset
-        if not measure:
-            raise ValueError(f"{table.ep} has no kernel table: only measuring can choose")
-        legalize, measure_top = False, 100
-    source = default_opset(model.opset_imports)
-    if source is None:
-        raise ValueError("the model imports no ai.onnx opset")
-    predictions = {source: predict_placement(model, table)}
-    costs = {source: placement_cost(predictions[source], model, sizes)}
-    blocked: DowngradeError | None = None
-    original = _node_names(model) if legalize else set()
-    variants: dict[int, tuple[LegalizationResult, PlacementCost | None]] = {}
-
-    def evaluate(opset: int, work: ir.Model) -> None:
-        predictions[opset] = predict_placement(work, table)
-        costs[opset] = placement_cost(predictions[opset], work, sizes)
-
-    if legalize:
-        variants[source] = _legalized_variant(model, table, original, predictions[source], sizes)
-    if target_opset is not None and target_opset < source:
-        work = model.clone()
-        LowerOpsetPass(target_opset, announce=False)(work)
-        evaluate(target_opset, work)
-        if legalize:
-            variants[target_opset] = _legalized_variant(
-                work, table, original, predictions[target_opset], sizes
-            )
-    elif not _wholly_on_ep(predictions[source]):
-        work = model.clone()
-        for opset in range(source - 1, floor - 1, -1):
-            try:
-                LowerOpsetPass(opset, announce=False)(work)
-            except DowngradeError as error:
-                blocked = error
-                break
-            evaluate(opset, work)
-            if _wholly_on_ep(predictions[opset]):
-                break  # no lower opset can do better: ties go to the higher opset
-            if legalize:
-                variants[opset] = _legalized_variant(
-                    work, table, original, predictions[opset], sizes
-                )
-    legalized_predictions = {
-        opset: v.after
-        for opset, (v, cost) in variants.items()
-        if cost is not None and v.after is not None
-    }
-    legalized_costs = {o: cost for o, (_, cost) in variants.items() if cost is not None}
-    candidates = [
-        candidate_rank(costs[o], opset=o, replaced=_replaced(p, original))
-        for o, p in predictions.items()
-    ] + [
-        candidate_rank(legalized_costs[o], opset=o, replaced=_replaced(p, original), legalized=True)
-        for o, p in legalized_predictions.items()
-    ]
-    if target_opset is not None:
-        wanted = target_opset if target_opset < source else source
-        candidates = [c for c in candidates if c.opset == wanted]
-    best = best_candidate(candidates)
-    plan = {o: tuple(v.expanded) for o, (v, _) in variants.items() if v.modified}
-    measured: dict[tuple[int, bool], CandidateMeasurement] = {}
-    if measure:
-        timed = []
-        known = table.source != MEASURED_ONLY  # else the estimates say nothing
-        for candidate in _to_measure(candidates, source, measure_top, distinct=known):
-            trial = model.clone()
-            steps = plan[candidate.opset] if candidate.legalized else None
-            _apply_candidate(trial, table, candidate.opset, steps, sizes)
-            try:
-                result = measure_candidate(trial, table.ep, sizes, runs=measure_runs)
-            except (RuntimeError, ImportError) as error:
-                raise ValueError(
-                    f"--measure needs a session on {table.ep} here, and ORT cannot make one: "
-                    f"{error}"
-                ) from error
-            logger.info(
-                "measured opset %d%s on %s: predicted %s; measured %d Memcpy, %d CPU nodes, "
-                "%.3f ms",
-                candidate.opset,
-                " (legalized)" if candidate.legalized else "",
-                table.ep,
-                candidate.cost,
-                result.memcpy,
-                result.cpu_nodes,
-                result.latency_ms,
-            )
-            measured[(candidate.opset, candidate.legalized)] = result
-            timed.append((candidate, result))
-        best = pick_fastest(timed)
-    chosen, legalized = best.opset, best.legalized
-    after = legalized_predictions[chosen] if legalized else predictions[chosen]
-    variant = variants.get(chosen)
-    decisions = _decisions(
-        predictions[source],
-        after,
-        variant[0] if variant is not None else None,
-        chosen,
-        legalized,
-        model,
-    )
-    return EpLoweringChoice(
-        ep=table.ep,
-        ort_version=table.ort_version,
-        table_source=table.source,
-        source_opset=source,
-        chosen_opset=chosen,
-        predictions=predictions,
-        blocked=blocked,
-        legalized=legalized,
-        legalized_predictions=legalized_predictions,
-        decisions=decisions,
-        plan=plan,
-        costs=costs,
-        measured=measured,
-        legalized_costs=legalized_costs,
-        dims=sizes,
-    )
+    settings = _Settings(DimSizes.of(dims), measure, measure_top, measure_runs)
+    return _search(model, table, target_opset, floor, legalize, settings)[0]
 
 
-def _apply_candidate(
+def candidate_models(
     model: ir.Model,
     table: KernelTable,
-    opset: int,
-    plan: tuple[str, ...] | None,
-    sizes: DimSizes,
     *,
-    ep: str | None = None,
-) -> bool:
-    """Lower ``model`` in place to ``opset`` and, with a ``plan``, replay its legalization.
-
-    ``ep`` is named in the lowering's log (None: the lowering does not announce itself).
-    Returns whether the model changed.
-    """
-    original = _node_names(model) if plan is not None else set()
-    modified = False
-    source = default_opset(model.opset_imports)
-    if source is not None and opset < source:
-        lowering = LowerOpsetPass(opset, ep=ep) if ep else LowerOpsetPass(opset, announce=False)
-        modified = lowering(model).modified
-    if plan is not None:
-        legalize_model(model, table, built=_built_nodes(model, original), plan=plan, dims=sizes)
-        modified = True
-    return modified
-
-
-def build_candidate(
-    model: ir.Model, table: KernelTable, choice: EpLoweringChoice, opset: int, legalized: bool
-) -> ir.Model:
-    """A copy of ``model`` (sharing its weights) as ``choice``'s candidate ``(opset, legalized)``.
-
-    ``choice`` must have been made for ``model`` and ``table``.
-    """
-    if opset not in (choice.legalized_predictions if legalized else choice.predictions):
-        raise ValueError(
-            f"opset {opset} ({'legalized' if legalized else 'plain'}) was not a candidate"
-        )
-    copy = model.clone()
-    _apply_candidate(copy, table, opset, choice.plan[opset] if legalized else None, choice.dims)
-    return copy
-
-
-def _to_measure(
-    candidates: list[CandidateRank], source: int, top: int, *, distinct: bool = True
-) -> list[CandidateRank]:
-    """The best ``top`` by estimate, the source, the best plain and best legalized.
-
-    With ``distinct``, among candidates with the same estimate (the same placement, e.g. a
-    legalized model at 21 and at 20) only the best ranked counts toward ``top``.
-    """
-    ranked = sorted(undominated(candidates, lambda c: c.cost), key=CandidateRank.key)
-    ranked += sorted((c for c in candidates if c not in ranked), key=CandidateRank.key)
-    picked: list[CandidateRank] = []
-    for candidate in ranked:
-        if len(picked) < top and not (distinct and any(c.cost == candidate.cost for c in picked)):
-            picked.append(candidate)
-    for wanted in (
-        [c for c in ranked if c.opset == source and not c.legalized][:1],
-        [c for c in ranked if not c.legalized][:1],
-        [c for c in ranked if c.legalized][:1],
-    ):
-        picked += [c for c in wanted if c not in picked]
-    return picked
+    legalize: bool = True,
+    dims: DimSizes | Mapping[str, int] | str | None = None,
+) -> tuple[EpLoweringChoice, dict[tuple[int, bool], ir.Model]]:
+    """The choice, and a copy of the model (sharing its weights) for every candidate
+    ``(opset, legalized)`` it weighed (for benchmarks: run each one)."""
+    settings = _Settings(DimSizes.of(dims), keep_models=True)
+    choice, _, search = _search(model, table, None, MIN_TARGET_OPSET, legalize, settings)
+    models = {
+        (c.opset, c.legalized): c.model
+        for c in [*search.plain.values(), *search.legalized.values()]
+        if c.model is not None
+    }
+    return choice, models
 
 
 def _wholly_on_ep(prediction: PlacementPrediction) -> bool:
@@ -404,38 +475,44 @@ def _wholly_on_ep(prediction: PlacementPrediction) -> bool:
 
 
 def _decisions(
-    before: PlacementPrediction,
-    after: PlacementPrediction,
-    variant: LegalizationResult | None,
-    chosen: int,
-    legalized: bool,
-    model: ir.Model,
+    source: _Candidate, chosen: _Candidate, variant: _Candidate | None
 ) -> tuple[LegalizationDecision, ...]:
     """One decision per node falling back at the source or at the chosen opset.
 
     Nodes of a function body ORT inlines (an op no EP has a kernel for) are not listed:
-    the legalized variant's decision about the op's node covers them.
+    the legalized variant's decision about the op's node covers them. Nodes are keyed by
+    the model's node each stands for (a node built on a copy stands for itself).
     """
-    by_variant = {d.node: d for d in variant.decisions} if variant is not None else {}
-    placed_after = {n.name: n for n in after.nodes if not n.inserted_by_ort}
-    local = _local_functions(model)
-    out: dict[str, LegalizationDecision] = {}
-    for node in before.fallback_nodes:
-        if node.inserted_by_ort or node.name in out or _inlined_by_ort(node, local):
+    by_variant: dict[ir.Node, LegalizationDecision] = {}
+    if variant is not None and variant.legalization is not None:
+        for d in variant.legalization.decisions:
+            if d.ir_node is not None:
+                by_variant[variant.model_node(d.ir_node)] = d
+    placed_after = {
+        chosen.model_node(n.node): n
+        for n in chosen.prediction.nodes
+        if n.node is not None and not n.inserted_by_ort and not n.inlined_by_ort
+    }
+    opset = chosen.opset
+    out: dict[ir.Node, LegalizationDecision] = {}
+    for node in source.prediction.fallback_nodes:
+        key = node.node
+        if key is None or node.inserted_by_ort or node.inlined_by_ort or key in out:
             continue
-        now = placed_after.get(node.name)
-        known = by_variant.get(node.name)
+        now = placed_after.get(key)
+        known = by_variant.get(key)
         if now is not None and now.placement == "ep":
-            decision: LegalizationDecision = LegalizationDecision(
+            decision = LegalizationDecision(
                 node.name,
                 node.op_type,
                 node.domain,
                 node.since_version,
-                chosen,
+                opset,
                 "lower",
-                f"{node.reason}; runs on the EP at opset {chosen} ({now.reason})",
+                f"{node.reason}; runs on the EP at opset {opset} ({now.reason})",
+                key,
             )
-        elif legalized and known is not None:
+        elif chosen.legalized and known is not None:
             decision = known
         elif now is None:
             decision = LegalizationDecision(
@@ -443,30 +520,37 @@ def _decisions(
                 node.op_type,
                 node.domain,
                 node.since_version,
-                chosen,
+                opset,
                 "expand",
-                f"{node.reason}; the lowering to opset {chosen} expanded it",
+                f"{node.reason}; the lowering to opset {opset} expanded it",
+                key,
             )
         else:
             why = known.reason if known is not None and known.decision == "cpu" else now.reason
             decision = LegalizationDecision(
-                node.name, node.op_type, node.domain, node.since_version, chosen, "cpu", why
+                node.name, node.op_type, node.domain, node.since_version, opset, "cpu", why, key
             )
-        out[node.name] = decision
-    if variant is not None:
-        for known in variant.decisions:
-            if known.node in out:
-                continue
-            if not legalized and known.decision == "expand":
-                now = placed_after.get(known.node)
-                reason = now.reason if now is not None else known.reason
-                known = dataclasses.replace(
-                    known,
-                    decision="cpu",
-                    reason=f"{reason}; expanding it did not make the model better",
-                )
-            out[known.node] = known
+        out[key] = decision
+    for key, known in by_variant.items():
+        if key in out:
+            continue
+        if not chosen.legalized and known.decision == "expand":
+            now = placed_after.get(key)
+            reason = now.reason if now is not None else known.reason
+            known = dataclasses.replace(
+                known,
+                decision="cpu",
+                reason=f"{reason}; expanding it did not make the model better",
+            )
+        out[key] = known
     return tuple(out.values())
+
+
+@dataclasses.dataclass
+class EpLoweringResult(ir.passes.PassResult):
+    """The result of :class:`LowerOpsetForEpPass`: ``choice`` is None for the CPU EP."""
+
+    choice: EpLoweringChoice | None = None
 
 
 class LowerOpsetForEpPass(ir.passes.InPlacePass):
@@ -484,13 +568,13 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
             (``{"batch": 1, "sequence_length": 128}``, a ``--dims`` string, or None for
             the defaults of :mod:`~onnxscript_ep_passes.ep.dims`).
         measure: Measure the top candidates in real sessions on the EP and pick the
-            fastest (module docstring, rule 7). An EP with no kernel table (no live
+            fastest (module docstring, rule 8). An EP with no kernel table (no live
             listing, no snapshot, no ``kernel_table``) is then handled by measuring
             every reachable opset.
         kernel_table: A file with the EP's kernels in the snapshot format, for an EP
             without a shipped table (:mod:`~onnxscript_ep_passes.ep.table_source`).
 
-    After a run, ``last_choice`` holds the :class:`EpLoweringChoice` (None for CPU).
+    The pass returns an :class:`EpLoweringResult`.
     """
 
     def __init__(
@@ -506,76 +590,69 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
         kernel_table: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
-        self.dims = DimSizes.of(dims)
-        self.measure = measure
-        self.kernel_table = kernel_table
         self.ep = canonical_ep_name(ep)
         self.ort_version = ort_version
         self.target_opset = target_opset
         self.table = table
         self.legalize = legalize
-        self.last_choice: EpLoweringChoice | None = None
+        self.dims = DimSizes.of(dims)
+        self.measure = measure
+        self.kernel_table = kernel_table
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        self.last_choice = None
+    def call(self, model: ir.Model) -> EpLoweringResult:
         if self.ep in CPU_EPS:
             logger.debug("%s runs every opset: nothing to lower", self.ep)
-            return ir.passes.PassResult(model, modified=False)
-        table = (
-            self.table
-            if self.table is not None
-            else resolve_table(
+            return EpLoweringResult(model, False)
+        table = self.table
+        if table is None:
+            table = resolve_table(
                 self.ep, self.ort_version, kernel_table=self.kernel_table, measure=self.measure
             )
+        settings = _Settings(self.dims, self.measure)
+        choice, legalized_model, _ = _search(
+            model, table, self.target_opset, MIN_TARGET_OPSET, self.legalize, settings
         )
-        choice = choose_target_opset(
-            model,
-            table,
-            target_opset=self.target_opset,
-            legalize=self.legalize,
-            dims=self.dims,
-            measure=self.measure,
-        )
-        self.last_choice = choice
-        modified = _apply_candidate(
-            model,
-            table,
-            choice.chosen_opset,
-            choice.expanded if choice.legalized else None,
-            choice.dims,
-            ep=self.ep,
-        )
-        for decision in choice.decisions:  # the nodes left on CPU are warned about below
-            level = logging.DEBUG if decision.decision == "cpu" else logging.INFO
-            logger.log(level, "'%s' on %s: %s", model.graph.name, self.ep, decision)
-        after = choice.after
-        logger.info(
-            "Model '%s' for %s (ORT %s, %s): opset %d -> %d%s; predicted fallback nodes %d -> %d, "
-            "Memcpy %d -> %d, estimated cost %s -> %s. Track when this workaround can go: %s",
-            model.graph.name,
-            self.ep,
-            table.ort_version,
-            table.source,
-            choice.source_opset,
-            choice.chosen_opset,
-            f" (legalized: {len(choice.expanded)} nodes expanded)" if choice.legalized else "",
-            len(choice.before.fallback_nodes),
+        modified = False
+        if legalized_model is not None:
+            adopt(model, legalized_model)
+            modified = True
+        elif choice.chosen_opset < choice.source_opset:
+            modified = run_lowering(model, choice.chosen_opset).modified
+        _log(model, self.ep, table, choice)
+        return EpLoweringResult(model, modified, choice)
+
+
+def _log(model: ir.Model, ep: str, table: KernelTable, choice: EpLoweringChoice) -> None:
+    for decision in choice.decisions:  # the nodes left on CPU are warned about below
+        level = logging.DEBUG if decision.decision == "cpu" else logging.INFO
+        logger.log(level, "'%s' on %s: %s", model.graph.name, ep, decision)
+    after = choice.after
+    logger.info(
+        "Model '%s' for %s (ORT %s, %s): opset %d -> %d%s; predicted fallback nodes %d -> %d, "
+        "Memcpy %d -> %d, estimated cost %s -> %s. Track when this workaround can go: %s",
+        model.graph.name,
+        ep,
+        table.ort_version,
+        table.source,
+        choice.source_opset,
+        choice.chosen_opset,
+        f" (legalized: {len(choice.expanded)} nodes expanded)" if choice.legalized else "",
+        len(choice.before.fallback_nodes),
+        len(after.fallback_nodes),
+        choice.before.memcpy,
+        after.memcpy,
+        choice.costs[choice.source_opset],
+        choice.after_cost,
+        ORT_TRACKING_ISSUE,
+    )
+    if after.fallback_nodes:
+        logger.warning(
+            "%d nodes of '%s' are still predicted to fall back to CPU on %s:\n%s",
             len(after.fallback_nodes),
-            choice.before.memcpy,
-            after.memcpy,
-            choice.costs[choice.source_opset],
-            choice.after_cost,
-            ORT_TRACKING_ISSUE,
+            model.graph.name,
+            ep,
+            "\n".join(
+                f"  - {n.name or '<unnamed>'} ({n.op_type}-{n.since_version}): {n.reason}"
+                for n in after.fallback_nodes
+            ),
         )
-        if after.fallback_nodes:
-            logger.warning(
-                "%d nodes of '%s' are still predicted to fall back to CPU on %s:\n%s",
-                len(after.fallback_nodes),
-                model.graph.name,
-                self.ep,
-                "\n".join(
-                    f"  - {n.name or '<unnamed>'} ({n.op_type}-{n.since_version}): {n.reason}"
-                    for n in after.fallback_nodes
-                ),
-            )
-        return ir.passes.PassResult(model, modified=modified)

@@ -24,9 +24,12 @@ __all__ = [
 
 import collections
 import dataclasses
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import onnx_ir as ir
+
+if TYPE_CHECKING:
+    from onnxscript_ep_passes._copies import Correspondence
 
 Placement = Literal["ep", "cpu"]
 
@@ -161,6 +164,19 @@ class PlacementPrediction:
     def fully_on_ep(self) -> bool:
         """No fallback node and no Memcpy."""
         return not self.fallback_nodes and not self.transfers
+
+    def translated(self, correspondence: Correspondence) -> PlacementPrediction:
+        """This prediction with its records pointing at the nodes and functions of another
+        model that ``correspondence`` pairs with this one's (unpaired ones become None)."""
+        nodes = tuple(
+            dataclasses.replace(
+                n,
+                node=None if n.node is None else correspondence.nodes.get(n.node),
+                function=None if n.function is None else correspondence.functions.get(n.function),
+            )
+            for n in self.nodes
+        )
+        return dataclasses.replace(self, nodes=nodes)
 
     def summary(self) -> dict[str, dict[str, int]]:
         """``op_type -> {"ep": n, "cpu": n, "shape": n}`` (only non-zero entries)."""

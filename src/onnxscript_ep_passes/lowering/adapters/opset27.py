@@ -15,10 +15,9 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from onnxscript_ep_passes.lowering import expansion, schemas
+from onnxscript_ep_passes.lowering import function_body, schemas
 from onnxscript_ep_passes.lowering.adapters._common import static_dim
 from onnxscript_ep_passes.lowering.context import DowngradeContext
-from onnxscript_ep_passes.lowering.expansion import function_body
 from onnxscript_ep_passes.lowering.registry import register_downgrade
 
 _STASH_TYPES = (int(ir.DataType.FLOAT), int(ir.DataType.DOUBLE))
@@ -83,13 +82,13 @@ class _Inliner:
     def __init__(self, ctx: DowngradeContext, steps: int) -> None:
         self.ctx = ctx
         self.steps = steps
-        proto = function_body(ctx)
+        proto = function_body.function_body(ctx)
         self.opset = next(
             (o.version for o in proto.opset_import if schemas.is_default_domain(o.domain)),
             ctx.version,
         )
         self.function = ir.serde.deserialize_function(proto)
-        self.attributes = expansion.bound_attributes(ctx.node, ctx.version)
+        self.attributes = function_body.bound_attributes(ctx.node, ctx.version)
 
     def expand(self) -> list[ir.Value | None]:
         node = self.ctx.node
@@ -109,7 +108,7 @@ class _Inliner:
                 self.copy(inner, mapping)
 
     def copy(self, inner: ir.Node, mapping: dict[ir.Value, ir.Value | None]) -> None:
-        expansion.copy_body_node(self.ctx, inner, mapping, self.attributes, self.opset)
+        function_body.copy_body_node(self.ctx, inner, mapping, self.attributes, self.opset)
 
     def op(self, op_type: str, inputs: Sequence[ir.Value | None], **attributes: Any) -> ir.Value:
         return self.ctx.op(op_type, inputs, opset=self.opset, **attributes)
