@@ -71,18 +71,14 @@ from collections.abc import Mapping
 
 import onnx_ir as ir
 
-from onnxscript_ep_passes._copies import Correspondence, adopt, copy_with_origins
+from onnxscript_ep_passes._copies import adopt, copy_with_origins
 from onnxscript_ep_passes.ep.cost import (
-    CandidateRank,
     PlacementCost,
     best_candidate,
-    candidate_rank,
-    placement_cost,
-    undominated,
 )
 from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
-from onnxscript_ep_passes.ep.measure import CandidateMeasurement, measure_candidate, pick_fastest
+from onnxscript_ep_passes.ep.measure import CandidateMeasurement
 from onnxscript_ep_passes.ep.names import CPU_EP, canonical_ep_name
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
 from onnxscript_ep_passes.ep.table_source import MEASURED_ONLY, resolve_table
@@ -93,13 +89,19 @@ from onnxscript_ep_passes.lowering.lower_opset import (
     default_opset,
     run_lowering,
 )
-from onnxscript_ep_passes.passes.legalize import LegalizationDecision, LegalizationResult, legalize
+from onnxscript_ep_passes.passes.candidates import (
+    MEASURE_TOP,
+    Candidate,
+    CandidateSearch,
+    SearchSettings,
+    WorkState,
+    measure_candidates,
+)
+from onnxscript_ep_passes.passes.legalize import LegalizationDecision
 
 logger = logging.getLogger(__name__)
 
 CPU_EPS = frozenset({CPU_EP})
-MEASURE_TOP = 3
-"""With ``measure``: how many candidates, best estimate first, are measured (rule 8)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,137 +167,14 @@ class EpLoweringChoice:
         return self.plan.get(self.chosen_opset, ()) if self.legalized else ()
 
 
-@dataclasses.dataclass
-class _Candidate:
-    """One way to run the model: an opset, plain or legalized."""
-
-    opset: int
-    legalized: bool
-    prediction: PlacementPrediction
-    rank: CandidateRank
-    origin: Correspondence | None  # the candidate's copy -> the model; None: the model itself
-    legalization: LegalizationResult | None = None
-    model: ir.Model | None = None  # kept for the best legalized candidate (all: keep_models)
-
-    def model_node(self, node: ir.Node) -> ir.Node:
-        """The model's node ``node`` (of this candidate's copy) stands for; a node built on
-        the copy stands for itself."""
-        return node if self.origin is None else self.origin.nodes.get(node, node)
-
-
-class _Search:
-    """The candidates of one model on one kernel table (module docstring, rules 2-6)."""
-
-    def __init__(
-        self, table: KernelTable, wanted: int | None, sizes: DimSizes, keep_models: bool
-    ) -> None:
-        self.table = table
-        self.wanted = wanted  # the only opset that may be chosen (target_opset), if any
-        self.sizes = sizes
-        self.keep_models = keep_models  # keep every candidate's model (to measure them)
-        self.plain: dict[int, _Candidate] = {}
-        self.legalized: dict[int, _Candidate] = {}  # those where legalization changed something
-        self.legalizations: dict[int, _Candidate] = {}  # every legalization tried
-        self.best_legalized: _Candidate | None = None
-        self.blocked: DowngradeError | None = None
-
-    def add_plain(
-        self,
-        opset: int,
-        prediction: PlacementPrediction,
-        origin: Correspondence | None,
-        replaced: int,
-        model: ir.Model,
-    ) -> _Candidate:
-        cost = placement_cost(prediction, model, self.sizes)
-        rank = candidate_rank(cost, opset=opset, replaced=replaced)
-        candidate = _Candidate(opset, False, prediction, rank, origin)
-        if self.keep_models:
-            candidate.model = copy_with_origins(model)[0]
-        self.plain[opset] = candidate
-        return candidate
-
-    def add_legalized(
-        self,
-        base: ir.Model,
-        plain: _Candidate,
-        built: set[ir.Node],
-        replaced: int,
-    ) -> None:
-        """Legalize a copy of ``base`` (the copy ``plain`` was predicted on)."""
-        variant, to_base = copy_with_origins(base)
-        into_variant = to_base.inverse()
-        ordered_built = [
-            n
-            for n in ir.traversal.RecursiveGraphIterator(variant.graph)
-            if to_base.nodes[n] in built
-        ]
-        result = legalize(
-            variant,
-            self.table,
-            built=ordered_built,
-            prediction=plain.prediction.translated(into_variant),
-            dims=self.sizes,
-        )
-        origin = to_base if plain.origin is None else to_base.then(plain.origin)
-        replaced += sum(1 for n in result.expanded if n in origin.nodes)
-        cost = placement_cost(result.after, variant, self.sizes)
-        rank = candidate_rank(cost, opset=plain.opset, replaced=replaced, legalized=True)
-        candidate = _Candidate(plain.opset, True, result.after, rank, origin, result)
-        self.legalizations[plain.opset] = candidate
-        if not result.modified:
-            return
-        self.legalized[plain.opset] = candidate
-        if self.keep_models:
-            candidate.model = variant
-        if self.wanted is not None and plain.opset != self.wanted:
-            return
-        if self.best_legalized is None or rank < self.best_legalized.rank:
-            if self.best_legalized is not None and not self.keep_models:
-                self.best_legalized.model = None
-            candidate.model = variant
-            self.best_legalized = candidate
-
-    def lower_and_predict(self, work: ir.Model, target: int, state: _WorkState) -> _Candidate:
-        result = run_lowering(work, target)
-        state.built.update(result.built)
-        state.replaced.update(
-            state.origin.nodes[n] for n in result.replaced if n in state.origin.nodes
-        )
-        plain = self.add_plain(
-            target, predict_placement(work, self.table), state.origin, len(state.replaced), work
-        )
-        return plain
-
-
-@dataclasses.dataclass
-class _WorkState:
-    """The working copy's relation to the model, as it is lowered step by step."""
-
-    origin: Correspondence
-    built: set[ir.Node] = dataclasses.field(default_factory=set)
-    replaced: set[ir.Node] = dataclasses.field(default_factory=set)  # the model's nodes
-
-
-@dataclasses.dataclass(frozen=True)
-class _Settings:
-    """How to choose: the objective's dims, and whether (and how much) to measure."""
-
-    sizes: DimSizes = dataclasses.field(default_factory=DimSizes)
-    measure: bool = False
-    measure_top: int = MEASURE_TOP
-    measure_runs: int = 10
-    keep_models: bool = False
-
-
 def _search(
     model: ir.Model,
     table: KernelTable,
     target_opset: int | None,
     floor: int,
     legalize: bool,
-    settings: _Settings,
-) -> tuple[EpLoweringChoice, ir.Model | None, _Search]:
+    settings: SearchSettings,
+) -> tuple[EpLoweringChoice, ir.Model | None, CandidateSearch]:
     """The choice, the chosen legalized candidate's model (None when plain is chosen), and
     the search (its candidates)."""
     source = default_opset(model.opset_imports)
@@ -308,19 +187,19 @@ def _search(
         legalize, measure_top, distinct = False, 100, False
     wanted = None if target_opset is None else min(target_opset, source)
     keep = settings.keep_models or settings.measure
-    search = _Search(table, wanted, settings.sizes, keep)
+    search = CandidateSearch(table, wanted, settings.sizes, keep)
     source_plain = search.add_plain(source, predict_placement(model, table), None, 0, model)
     if legalize:
         search.add_legalized(model, source_plain, set(), 0)
     if target_opset is not None and target_opset < source:
         work, origin = copy_with_origins(model)
-        state = _WorkState(origin)
+        state = WorkState(origin)
         plain = search.lower_and_predict(work, target_opset, state)
         if legalize:
             search.add_legalized(work, plain, state.built, len(state.replaced))
     elif not _wholly_on_ep(source_plain.prediction):
         work, origin = copy_with_origins(model)
-        state = _WorkState(origin)
+        state = WorkState(origin)
         for opset in range(source - 1, floor - 1, -1):
             try:
                 plain = search.lower_and_predict(work, opset, state)
@@ -338,7 +217,7 @@ def _search(
     chosen = next(c for c in pool if c.rank is best)
     measured: dict[tuple[int, bool], CandidateMeasurement] = {}
     if settings.measure:
-        chosen = _measure(pool, source, table, settings, measure_top, distinct, measured)
+        chosen = measure_candidates(pool, source, table, settings, measure_top, distinct, measured)
     decisions = _decisions(search.plain[source], chosen, search.legalizations.get(chosen.opset))
     choice = EpLoweringChoice(
         ep=table.ep,
@@ -364,67 +243,6 @@ def _search(
     return choice, chosen.model if chosen.legalized else None, search
 
 
-def _to_measure(
-    pool: list[_Candidate], source: int, top: int, *, distinct: bool = True
-) -> list[_Candidate]:
-    """The best ``top`` by estimate, the source, the best plain and best legalized.
-
-    With ``distinct``, among candidates with the same estimate (the same placement, e.g. a
-    legalized model at 21 and at 20) only the best ranked counts toward ``top``.
-    """
-    fine = {id(r) for r in undominated([c.rank for c in pool], lambda r: r.cost)}
-    ranked = sorted(pool, key=lambda c: (id(c.rank) not in fine, c.rank.key()))
-    picked: list[_Candidate] = []
-    for candidate in ranked:
-        same = any(c.rank.cost == candidate.rank.cost for c in picked)
-        if len(picked) < top and not (distinct and same):
-            picked.append(candidate)
-    for wanted in (
-        [c for c in ranked if c.opset == source and not c.legalized][:1],
-        [c for c in ranked if not c.legalized][:1],
-        [c for c in ranked if c.legalized][:1],
-    ):
-        picked += [c for c in wanted if c not in picked]
-    return picked
-
-
-def _measure(
-    pool: list[_Candidate],
-    source: int,
-    table: KernelTable,
-    settings: _Settings,
-    top: int,
-    distinct: bool,
-    measured: dict[tuple[int, bool], CandidateMeasurement],
-) -> _Candidate:
-    """Run the candidates of rule 8 in real sessions; the fastest (``measured`` filled)."""
-    timed = []
-    for candidate in _to_measure(pool, source, top, distinct=distinct):
-        assert candidate.model is not None  # kept: settings.measure
-        try:
-            result = measure_candidate(
-                candidate.model, table.ep, settings.sizes, runs=settings.measure_runs
-            )
-        except (RuntimeError, ImportError) as error:
-            raise ValueError(
-                f"--measure needs a session on {table.ep} here, and ORT cannot make one: {error}"
-            ) from error
-        logger.info(
-            "measured opset %d%s on %s: predicted %s; measured %d Memcpy, %d CPU nodes, %.3f ms",
-            candidate.opset,
-            " (legalized)" if candidate.legalized else "",
-            table.ep,
-            candidate.rank.cost,
-            result.memcpy,
-            result.cpu_nodes,
-            result.latency_ms,
-        )
-        measured[(candidate.opset, candidate.legalized)] = result
-        timed.append((candidate, result))
-    fastest: _Candidate = pick_fastest(timed)
-    return fastest
-
-
 def choose_target_opset(
     model: ir.Model,
     table: KernelTable,
@@ -447,7 +265,7 @@ def choose_target_opset(
     None for the defaults). With ``measure``, the candidates of rule 8 are run in real
     sessions on ``table.ep`` and the fastest is chosen.
     """
-    settings = _Settings(DimSizes.of(dims), measure, measure_top, measure_runs)
+    settings = SearchSettings(DimSizes.of(dims), measure, measure_top, measure_runs)
     return _search(model, table, target_opset, floor, legalize, settings)[0]
 
 
@@ -460,7 +278,7 @@ def candidate_models(
 ) -> tuple[EpLoweringChoice, dict[tuple[int, bool], ir.Model]]:
     """The choice, and a copy of the model (sharing its weights) for every candidate
     ``(opset, legalized)`` it weighed (for benchmarks: run each one)."""
-    settings = _Settings(DimSizes.of(dims), keep_models=True)
+    settings = SearchSettings(DimSizes.of(dims), keep_models=True)
     choice, _, search = _search(model, table, None, MIN_TARGET_OPSET, legalize, settings)
     models = {
         (c.opset, c.legalized): c.model
@@ -475,7 +293,7 @@ def _wholly_on_ep(prediction: PlacementPrediction) -> bool:
 
 
 def _decisions(
-    source: _Candidate, chosen: _Candidate, variant: _Candidate | None
+    source: Candidate, chosen: Candidate, variant: Candidate | None
 ) -> tuple[LegalizationDecision, ...]:
     """One decision per node falling back at the source or at the chosen opset.
 
@@ -608,7 +426,7 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
             table = resolve_table(
                 self.ep, self.ort_version, kernel_table=self.kernel_table, measure=self.measure
             )
-        settings = _Settings(self.dims, self.measure)
+        settings = SearchSettings(self.dims, self.measure)
         choice, legalized_model, _ = _search(
             model, table, self.target_opset, MIN_TARGET_OPSET, self.legalize, settings
         )
