@@ -74,7 +74,7 @@ def _runs(kind: str, kv: bool, opset: int, table: KernelTable) -> dict[str, obje
     forced: dict[int, EpRun] = {}
     for target in _forced_opsets(dict(choice.predictions), opset):
         work = ir.serde.deserialize_model(original)
-        LowerOpsetPass(target, announce=False)(work)
+        LowerOpsetPass(target)(work)
         forced[target] = run_on_webgpu(ir.serde.serialize_model(work), feeds)
     return {
         "original": original,
