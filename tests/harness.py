@@ -14,6 +14,7 @@ __all__ = [
     "assert_refuses",
     "make_model",
     "random_feeds",
+    "reshape_chain",
     "run_model",
     "tensor_info",
 ]
@@ -25,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import onnx
 import onnx.helper
+import onnx.numpy_helper
 import onnx.reference
 import onnxruntime as ort
 
@@ -94,6 +96,23 @@ def make_model(
     model = onnx.helper.make_model(graph, opset_imports=opsets, functions=list(functions))
     model.ir_version = max_ir_version_for_opset(opset)
     return model
+
+
+def reshape_chain(opset: int = 24, count: int = 1) -> onnx.ModelProto:
+    """Relu then ``count`` Reshapes (``reshape0``...), [2, 6] -> [3, 4] float: at opset 24 the
+    Reshapes miss CUDA 1.24's "Reshape 23+" kernel, at 23 they match it."""
+    nodes = [onnx.helper.make_node("Relu", ["x"], ["r0"], name="relu")]
+    nodes += [
+        onnx.helper.make_node("Reshape", [f"r{i}", "shape"], [f"r{i + 1}"], name=f"reshape{i}")
+        for i in range(count)
+    ]
+    return make_model(
+        nodes,
+        [tensor_info("x", onnx.TensorProto.FLOAT, [2, 6])],
+        [tensor_info(f"r{count}", onnx.TensorProto.FLOAT, [3, 4])],
+        opset,
+        initializers=[onnx.numpy_helper.from_array(np.array([3, 4], np.int64), "shape")],
+    )
 
 
 def random_feeds(model: onnx.ModelProto, rng: np.random.Generator) -> Feeds:

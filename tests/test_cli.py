@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from onnx import TensorProto, numpy_helper
 
 from onnxscript_ep_passes.cli import main
-from tests.harness import make_model, run_model
+from tests.harness import make_model, reshape_chain, run_model
 
 
 def _model_with_weights(opset: int = 24, *, bad: bool = False) -> onnx.ModelProto:
@@ -170,8 +171,15 @@ def test_report_text_and_lower_for_ep(tmp_path: Path) -> None:
     path = _opset24_decoder_like(tmp_path)
     result = _run("-q", "report", str(path), "--ep", "cuda", "--ort-version", "1.24")
     assert result.returncode == 0, result.stderr
-    assert "before: opset 24" in result.stdout and "after: opset 23" in result.stdout
-    assert "no kernel for Reshape at since_version 24" in result.stdout
+    verdict, *rest = result.stdout.splitlines()
+    # The verdict comes first, naming the file, the EP, the table and the figures.
+    assert verdict.startswith(
+        "m.onnx: opset 24 -> 23 on CUDA (ORT 1.24, snapshot cuda-ort-1.24): Memcpy "
+    ), verdict
+    assert verdict.endswith(" -> 0, CPU nodes 2 -> 0"), verdict
+    text = "\n".join(rest)
+    assert "before (opset 24)" in text and "after (opset 23)" in text
+    assert "no kernel for Reshape at since_version 24" in text
     out = tmp_path / "out.onnx"
     result = _run("lower", str(path), "-o", str(out), "--ep", "cuda", "--ort-version", "1.24")
     assert result.returncode == 0, result.stderr
@@ -188,6 +196,8 @@ def test_lower_for_cpu_is_a_noop_and_explicit_target_wins(tmp_path: Path) -> Non
     path = _opset24_decoder_like(tmp_path)
     out = tmp_path / "cpu.onnx"
     assert main(["-q", "lower", str(path), "-o", str(out), "--ep", "cpu"]) == 0
+    assert not out.exists()  # nothing to do: OUT is written only when asked
+    assert main(["-q", "lower", str(path), "-o", str(out), "--ep", "cpu", "--write-unchanged"]) == 0
     assert [o.version for o in onnx.load(out).opset_import if o.domain == ""] == [24]
     out = tmp_path / "forced.onnx"
     args = ["-q", "lower", str(path), "-o", str(out), "--ep", "cuda", "--ort-version", "1.24"]
@@ -223,3 +233,175 @@ def test_report_webgpu_live_table_with_and_without_legalization(
     assert plain["after"]["memcpy"] > 0
     assert legalized["after"]["memcpy"] == 0
     assert any(d["decision"] == "expand" for d in legalized["decisions"])
+
+
+# -- the front door: version, global options, usage errors, nothing to do ----------------
+
+
+def test_version() -> None:
+    result = _run("--version")
+    assert result.returncode == 0
+    assert result.stdout.startswith("onnxscript-ep-passes 0.")
+    assert "onnx 1." in result.stdout and "onnxruntime" in result.stdout
+
+
+def _help(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        main([*args, "--help"])
+    assert exit_.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_help_has_examples_for_each_subcommand_and_the_exit_status(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    top = _help(capsys)
+    for command in ("lower", "report"):
+        text = _help(capsys, command)
+        assert f"onnxscript-ep-passes {command} model.onnx" in text
+        assert f"onnxscript-ep-passes {command} model.onnx" in top
+        assert "3  the model cannot be lowered exactly" in text
+    assert "2  usage error" in top
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_global_options_before_or_after_the_subcommand(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    path = _opset24_decoder_like(tmp_path)
+    out = tmp_path / "out.onnx"
+    args = ["lower", str(path), "-o", str(out), "--target-opset", "23"]
+    assert main(["-q", *args] if where == "before" else [*args, "-q"]) == 0
+    assert capsys.readouterr().out == ""  # -q: no verdict line
+    assert main(["-v", *args] if where == "before" else [*args, "-v"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "m.onnx: opset 24 -> 23",
+        f"wrote {out}",
+    ]
+
+
+def test_lower_without_target_or_ep_is_a_usage_error(tmp_path: Path) -> None:
+    path = _opset24_decoder_like(tmp_path)
+    result = _run("lower", str(path), "-o", str(tmp_path / "o.onnx"))
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: onnxscript-ep-passes lower")
+    assert "lower needs --target-opset N or --ep NAME" in result.stderr
+    assert (
+        _run("lower", str(path), "-o", "x.onnx", "--target-opset", "23", "--no-legalize").returncode
+        == 2
+    )
+    assert _run("report", str(path), "--ep", "cuda", "--json", "--all").returncode == 2
+
+
+def test_nothing_to_do_writes_nothing_unless_asked(tmp_path: Path) -> None:
+    path = _opset24_decoder_like(tmp_path)
+    out = tmp_path / "out.onnx"
+    result = _run("lower", str(path), "-o", str(out), "--target-opset", "26")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "nothing to do: m.onnx: already at opset 24 (target 26)\n"
+    assert not out.exists()
+    result = _run("lower", str(path), "-o", str(out), "--target-opset", "24", "--write-unchanged")
+    assert result.returncode == 0, result.stderr
+    written, original = onnx.load(out), onnx.load(path)
+    assert [o.version for o in written.opset_import if o.domain == ""] == [24]
+    assert [n.op_type for n in written.graph.node] == [n.op_type for n in original.graph.node]
+
+
+def test_lower_for_ep_when_nothing_changes_has_no_tracking_link(tmp_path: Path) -> None:
+    path = _opset24_decoder_like(tmp_path)
+    lowered = tmp_path / "m23.onnx"
+    assert main(["-q", "lower", str(path), "-o", str(lowered), "--target-opset", "23"]) == 0
+    out = tmp_path / "again.onnx"
+    result = _run("lower", str(lowered), "-o", str(out), "--ep", "cuda", "--ort-version", "1.24")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(
+        "nothing to do: m23.onnx: opset 23 kept on CUDA (ORT 1.24, snapshot cuda-ort-1.24)"
+    )
+    assert "-> 23" not in result.stdout + result.stderr
+    assert "27729" not in result.stdout + result.stderr
+    assert not out.exists()
+
+
+# -- the text report --------------------------------------------------------------------
+
+
+def _stdout(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    """Run the command line in this process; its stdout (exit status 0 required)."""
+    assert main(list(args)) == 0
+    return capsys.readouterr().out
+
+
+def test_report_states_an_assumed_ort_release(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _opset24_decoder_like(tmp_path)
+    verdict, note, *_ = _stdout(capsys, "report", str(path), "--ep", "cuda").splitlines()
+    assert "on CUDA (ORT main-2026-09 assumed, snapshot cuda-ort-main-2026-09)" in verdict
+    assert note.startswith("note: no ORT release given, so ORT main-2026-09 is assumed")
+    report = json.loads(_stdout(capsys, "report", str(path), "--ep", "cuda", "--json"))
+    assert report["ort_version_assumed"] is True
+    assert (report["schema_version"], report["model"]) == (1, str(path))  # the path given
+    named = json.loads(
+        _stdout(capsys, "report", str(path), "--ep", "cuda", "--ort-version", "1.24", "--json")
+    )
+    assert named["ort_version_assumed"] is False
+
+
+def _many_reshapes(tmp_path: Path) -> Path:
+    """Eight Reshape-24 (CUDA 1.24: only 23+) and a Relu that stays where it is."""
+    path = tmp_path / "reshapes.onnx"
+    onnx.save(reshape_chain(24, 8), path)
+    return path
+
+
+def _op_rows(text: str) -> list[str]:
+    """The op column of the per-op table (the rows under its rule, up to a blank line)."""
+    lines = text.split("placement per op")[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith("─")) + 1
+    rows = []
+    for line in lines[start:]:
+        if not line.strip():
+            break
+        rows.append(line.split()[0])
+    return rows
+
+
+def test_report_groups_decisions_and_lists_only_what_changes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _many_reshapes(tmp_path)
+    args = ("report", str(path), "--ep", "cuda", "--ort-version", "1.24")
+    text = _stdout(capsys, *args)
+    decision_lines = [line for line in text.splitlines() if "Reshape-24" in line]
+    # One line for the eight nodes: count, op, decision, example names, the reason.
+    assert len(decision_lines) == 1, text
+    assert decision_lines[0].split()[:3] == ["8", "Reshape-24", "lower"]
+    assert "reshape0, reshape1, reshape2, ..." in decision_lines[0]
+    assert _op_rows(text) == ["Reshape"]
+    everything = _stdout(capsys, *args, "--all")
+    assert _op_rows(everything) == ["Relu", "Reshape"]
+    # Not a terminal: no colour codes.
+    assert "\x1b[" not in text + everything
+
+
+def test_report_text_unchanged_placement(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _opset24_decoder_like(tmp_path)
+    lowered = tmp_path / "m23.onnx"
+    assert main(["-q", "lower", str(path), "-o", str(lowered), "--target-opset", "23"]) == 0
+    text = _stdout(capsys, "report", str(lowered), "--ep", "cuda", "--ort-version", "1.24")
+    assert text.splitlines()[0].startswith("m23.onnx: opset 23 kept on CUDA")
+    assert "placement per op: unchanged (--all lists every op)" in text
+    assert "decisions" not in text  # no node falls back: nothing to decide
+
+
+def test_report_webgpu_stdout_holds_the_report_alone(tmp_path: Path, webgpu: None) -> None:
+    path = _opset24_decoder_like(tmp_path)
+    result = _run("report", str(path), "--ep", "webgpu")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("m.onnx: opset 24 ")
+    assert "on WebGPU (ORT " in result.stdout.splitlines()[0]
+    # What ORT and the Vulkan driver print while the EP is probed goes to stderr.
+    for noise in ("Warning:", "[W:onnxruntime", "INFO ", "WARNING "):
+        assert noise not in result.stdout, result.stdout

@@ -95,5 +95,7 @@ def test_cli_rejects_objective_options_without_an_ep(tmp_path: Path) -> None:
     source = tmp_path / "chain.onnx"
     _transpose_model(source)
     args = ["lower", str(source), "-o", str(tmp_path / "o.onnx"), "--target-opset", "24"]
-    assert main([*args, "--measure"]) == 1
+    with pytest.raises(SystemExit) as usage:  # a usage error: argparse's exit status 2
+        main([*args, "--measure"])
+    assert usage.value.code == 2
     assert main(["report", str(source), "--ep", "webgpu", "--dims", "batch"]) == 1

@@ -238,3 +238,20 @@ def test_rejects_what_is_not_an_onnx_program(bad: str) -> None:
         lower_for_ep(value, ep="cuda", ort_version="1.24")
     with pytest.raises(TypeError, match="ONNXProgram"):
         lower_program_opset(value, 23)
+
+
+@pytest.mark.parametrize("legalize", [True, False])
+def test_lower_for_ep_legalize_argument(legalize: bool) -> None:
+    import onnx_ir as ir
+    import torch
+    from examples.make_example_model import build
+
+    # Swish has no kernel on any EP: at opset 24 only legalization (expanding it) helps;
+    # without it the choice is the lower opset whose adapter rewrites it.
+    program = torch.onnx.ONNXProgram(ir.from_proto(build()), None)
+    choice = lower_for_ep(program, ep="cuda", ort_version="main-2026-09", legalize=legalize)
+    assert choice is not None and choice.legalized is legalize
+    assert choice.chosen_opset == (24 if legalize else 23)
+    assert _opset(program.model_proto) == choice.chosen_opset
+    assert "Swish" not in {n.op_type for n in program.model_proto.graph.node}
+    assert ("(1 node expanded)" in choice.summary()) is legalize

@@ -4,6 +4,11 @@
 - ONNX type strings of IR types (:func:`type_string`);
 - the schema in force for an op at an opset (:func:`get_schema`);
 - the function body ONNX's schema defines for a node (:func:`schema_function_body`).
+
+The proto walker remains hand-written: onnx-ir's ``RecursiveGraphIterator`` walks IR
+graphs, and its callers hold protos they must not deserialize (the optimized model ORT
+saves, a model being checked before it is loaded, a graph handed to ONNX shape
+inference). Code that holds an IR model uses ``RecursiveGraphIterator``.
 """
 
 from __future__ import annotations

@@ -1,160 +1,247 @@
 """Command line: ``onnxscript-ep-passes lower|report`` (or ``python -m onnxscript_ep_passes``).
 
-- ``lower IN -o OUT --target-opset N``: lower exactly to opset N.
-- ``lower IN -o OUT --ep NAME [--ort-version V] [--no-legalize]``: lower to the opset
-  best for that EP, expanding nodes it cannot run at any opset when that helps.
-- ``report IN --ep NAME [--ort-version V] [--json]``: per op type, nodes on the EP and on
-  CPU (with reasons) before and after the chosen lowering, and predicted Memcpy counts.
-- With ``--ep``, both take ``--dims name=size,...`` (sizes of symbolic dimensions for the
-  cost estimate), ``--measure`` (run the top candidates in real sessions on the EP and
-  keep the fastest) and ``--kernel-table FILE`` (the EP's kernels, snapshot format, for an
-  EP without a shipped table); ``lower --report-json FILE`` also writes the JSON report.
+Rules:
 
-Exit status: 0 on success; 2 when the model cannot be lowered exactly (the offending
-nodes are listed and OUT is not written); 1 for other errors (bad arguments, I/O).
+- Each subcommand is one :class:`Command` in :data:`COMMANDS`: its name, one-line help,
+  examples, a function that adds its arguments and one that runs it. Adding a subcommand
+  is adding one entry; ``--help`` of the program and of each subcommand lists them.
+- Global options (``-v``/``-q``) are accepted before or after the subcommand;
+  ``--version`` prints the package's version and those of onnx and ONNX Runtime.
+- stdout carries results only (the verdict, the report, ``--json``); logs, ORT's and the
+  GPU driver's messages go to stderr.
+- A target that is not below the model's opset (or an EP choice that keeps the model as
+  it is) is "nothing to do": exit 0, and OUT is not written unless
+  ``--write-unchanged`` asks for it.
+- A missing or contradictory option is a usage error (:class:`UsageError`, exit 2 with the
+  usage line), found before the model is read where possible.
+
+Exit status (see :data:`EXIT_STATUS_HELP`): 0 success, 1 bad input or I/O error, 2 usage
+error, 3 the model cannot be lowered exactly (the offending nodes are listed, OUT is not
+written).
 """
 
 from __future__ import annotations
 
-__all__ = ["main"]
+__all__ = ["COMMANDS", "EXIT_STATUS_HELP", "Command", "UsageError", "main"]
 
 import argparse
 import contextlib
+import dataclasses
 import gc
+import importlib.metadata
 import json
 import logging
+import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import onnx_ir as ir
 
+from onnxscript_ep_passes import __version__
 from onnxscript_ep_passes.ep.dims import parse_dims
 from onnxscript_ep_passes.errors import DowngradeError
-from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
+from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass, default_opset
 from onnxscript_ep_passes.model_io import load_model, save_model
 from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringResult, LowerOpsetForEpPass
-from onnxscript_ep_passes.report import choice_report, format_report, placement_report
+from onnxscript_ep_passes.report import choice_report, placement_report, print_report
 
 logger = logging.getLogger("onnxscript_ep_passes")
 
+PROG = "onnxscript-ep-passes"
 EXIT_REFUSED = 2
 
+EXIT_STATUS_HELP = """\
+exit status:
+  0  success (also "nothing to do")
+  1  bad input or I/O error (unreadable or invalid model, missing file)
+  2  usage error (unknown or missing option)
+  3  the model cannot be lowered exactly: every offending node is listed, OUT is not written"""
 
-def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="onnxscript-ep-passes",
-        description="Lower ONNX models exactly so they run wholly on an ONNX Runtime EP.",
+
+class UsageError(Exception):
+    """A missing or contradictory option: reported with the subcommand's usage, exit 2."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """One subcommand.
+
+    Attributes:
+        name: What the user types.
+        help: One line for the program's ``--help``.
+        examples: Example invocations with a comment each, shown by ``NAME --help``.
+        add_arguments: Adds the subcommand's own arguments to its parser.
+        run: Runs it; returns the exit status (raise :class:`UsageError` for bad options).
+    """
+
+    name: str
+    help: str
+    examples: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+# -- lower ---------------------------------------------------------------------------
+
+
+def _lower_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="input .onnx file (external data is read lazily)")
+    parser.add_argument("-o", "--output", required=True, help="output .onnx file")
+    parser.add_argument("--target-opset", type=int, help="the ai.onnx opset to lower to")
+    parser.add_argument("--ep", help="pick the opset best for this EP (webgpu, cuda, dml, ...)")
+    parser.add_argument(
+        "--ort-version", help="with --ep: the ORT release the model will run on (e.g. 1.24)"
     )
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="-v: debug logs")
-    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
-    commands = parser.add_subparsers(dest="command", required=True)
-    lower = commands.add_parser("lower", help="lower a model's ai.onnx opset")
-    lower.add_argument("model", help="input .onnx file (external data is read lazily)")
-    lower.add_argument("-o", "--output", required=True, help="output .onnx file")
-    lower.add_argument("--target-opset", type=int, help="the ai.onnx opset to lower to")
-    lower.add_argument("--ep", help="pick the opset best for this EP (webgpu, cuda, dml, ...)")
-    lower.add_argument("--ort-version", help="the ORT release the model will run on")
-    lower.add_argument(
+    parser.add_argument(
         "--no-legalize",
         action="store_true",
         help="with --ep: only choose the opset; never expand nodes the EP cannot run",
     )
-    lower.add_argument(
+    _objective_arguments(parser)
+    parser.add_argument(
+        "--report-json", metavar="FILE", help="with --ep: also write the JSON report to FILE"
+    )
+    parser.add_argument(
+        "--write-unchanged",
+        action="store_true",
+        help="write OUT even when there is nothing to do (a copy of the input)",
+    )
+    parser.add_argument(
         "--external-data",
         choices=("auto", "always", "never"),
         default="auto",
         help="save weights to OUT.data: auto = when the input had external data or is large",
     )
-    lower.add_argument(
+    parser.add_argument(
         "--weights",
         choices=("copy_file", "rewrite"),
         default="copy_file",
         help="copy_file: copy the input's data file whole (fast; weights are never changed); "
         "rewrite: write each used tensor anew",
     )
-    _objective_options(lower)
-    lower.add_argument(
-        "--report-json", metavar="FILE", help="with --ep: also write the JSON report to FILE"
-    )
-    report = commands.add_parser("report", help="predicted placement on an EP, before/after")
-    report.add_argument("model", help="input .onnx file")
-    report.add_argument("--ep", required=True, help="webgpu, cuda, dml, or an ORT EP name")
-    report.add_argument("--ort-version", help="the ORT release (default: the installed one)")
-    report.add_argument("--target-opset", type=int, help="evaluate this opset, not the best")
-    report.add_argument("--json", action="store_true", help="print one JSON object")
-    report.add_argument(
-        "--no-legalize", action="store_true", help="only choose the opset; expand nothing"
-    )
-    _objective_options(report)
-    return parser
 
 
-def _objective_options(command: argparse.ArgumentParser) -> None:
-    command.add_argument(
+def _objective_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--dims",
         metavar="NAME=SIZE,...",
         help="sizes of symbolic dimensions for the cost estimate and measured runs "
         "(default: names with 'batch' 1, 'past' 128, others 128)",
     )
-    command.add_argument(
+    parser.add_argument(
         "--measure",
         action="store_true",
         help="run the best candidates in real ORT sessions on the EP and keep the fastest",
     )
-    command.add_argument(
+    parser.add_argument(
         "--kernel-table",
         metavar="FILE",
         help="the EP's kernels in the snapshot TSV format (for an EP without a shipped table)",
     )
 
 
-def _configure_logging(verbose: int, quiet: bool) -> None:
-    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+def _model_opset(model: ir.Model) -> int:
+    opset = default_opset(model.opset_imports)
+    if opset is None:
+        raise ValueError("the model imports no ai.onnx opset")
+    return opset
 
 
 def _lower(args: argparse.Namespace) -> int:
     if args.target_opset is None and args.ep is None:
-        logger.error("lower needs --target-opset or --ep")
-        return 1
+        raise UsageError("lower needs --target-opset N or --ep NAME")
+    if args.ep is None and (args.ort_version or args.no_legalize):
+        raise UsageError("--ort-version and --no-legalize need --ep")
     if args.ep is None and (args.report_json or args.measure or args.kernel_table or args.dims):
-        logger.error("--report-json, --measure, --kernel-table and --dims need --ep")
-        return 1
+        raise UsageError("--report-json, --measure, --kernel-table and --dims need --ep")
+    dims = parse_dims(args.dims)
+    name = Path(args.model).name
     model = load_model(args.model)
-    lowering: ir.passes.InPlacePass
-    if args.ep is not None:
-        lowering = LowerOpsetForEpPass(
-            args.ep,
-            args.ort_version,
-            args.target_opset,
-            legalize=not args.no_legalize,
-            dims=parse_dims(args.dims),
-            measure=args.measure,
-            kernel_table=args.kernel_table,
-        )
+    source = _model_opset(model)
+    with _stdout_to_stderr():
+        if args.ep is None:
+            changed, line = _lower_to_opset(model, args.target_opset, source)
+        else:
+            changed, line = _lower_for_ep(model, args, dims)
+    if not changed:
+        _say(args, f"nothing to do: {name}: {line}")
+        if not args.write_unchanged:
+            return 0
     else:
-        lowering = LowerOpsetPass(args.target_opset)
-    try:
-        result = lowering(model)
-    except DowngradeError as error:
-        sys.stderr.write(f"{error}\n")
-        return EXIT_REFUSED
-    if args.report_json and isinstance(result, EpLoweringResult):
-        choice = result.choice
-        if choice is not None:
-            # The lowering keeps the graph inputs, whose dimensions the report names.
-            report = choice_report(model, choice, model_name=args.model)
-            Path(args.report_json).write_text(json.dumps(report) + "\n", encoding="utf-8")
+        _say(args, f"{name}: {line}")
     external = {"auto": None, "always": True, "never": False}[args.external_data]
     save_model(model, args.output, external_data=external, weights=args.weights)
-    logger.info("wrote %s", args.output)
+    _say(args, f"wrote {args.output}")
     return 0
 
 
+def _lower_to_opset(model: ir.Model, target: int, source: int) -> tuple[bool, str]:
+    if target >= source:
+        return False, f"already at opset {source} (target {target})"
+    LowerOpsetPass(target)(model)
+    return True, f"opset {source} -> {target}"
+
+
+def _lower_for_ep(
+    model: ir.Model, args: argparse.Namespace, dims: dict[str, int]
+) -> tuple[bool, str]:
+    lowering = LowerOpsetForEpPass(
+        args.ep,
+        args.ort_version,
+        args.target_opset,
+        legalize=not args.no_legalize,
+        dims=dims,
+        measure=args.measure,
+        kernel_table=args.kernel_table,
+    )
+    result = lowering(model)
+    assert isinstance(result, EpLoweringResult)
+    choice = result.choice
+    if choice is None:
+        return False, f"the CPU EP runs every opset (model at opset {_model_opset(model)})"
+    if args.report_json:
+        # The lowering keeps the graph inputs, whose dimensions the report names.
+        report = choice_report(model, choice, model_name=args.model)
+        Path(args.report_json).write_text(json.dumps(report) + "\n", encoding="utf-8")
+    return choice.changes_model, choice.summary()
+
+
+_LOWER_EXAMPLES = """\
+  # lower exactly to opset 23 (weights stay in OUT.onnx.data, next to OUT)
+  onnxscript-ep-passes lower model.onnx -o model-23.onnx --target-opset 23
+  # lower to the opset that puts most of the model on WebGPU (installed ORT, live table)
+  onnxscript-ep-passes lower model.onnx -o model-webgpu.onnx --ep webgpu
+  # for CUDA on ORT 1.24, choosing the opset only (expand no node)
+  onnxscript-ep-passes lower model.onnx -o model-cuda.onnx --ep cuda --ort-version 1.24 --no-legalize"""
+
+
+# -- report --------------------------------------------------------------------------
+
+
+def _report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="input .onnx file")
+    parser.add_argument("--ep", required=True, help="webgpu, cuda, dml, or an ORT EP name")
+    parser.add_argument(
+        "--ort-version",
+        help="the ORT release (default: the installed one; a snapshot when it cannot list the EP)",
+    )
+    parser.add_argument("--target-opset", type=int, help="evaluate this opset, not the best")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--all", action="store_true", help="list every op, not only those whose placement changes"
+    )
+    parser.add_argument(
+        "--no-legalize", action="store_true", help="only choose the opset; expand nothing"
+    )
+    _objective_arguments(parser)
+
+
 def _report(args: argparse.Namespace) -> int:
+    if args.json and args.all:
+        raise UsageError("--all applies to the text report; --json always holds every node")
     model = load_model(args.model)
-    try:
+    with _stdout_to_stderr():
         result = placement_report(
             model,
             args.ep,
@@ -166,12 +253,142 @@ def _report(args: argparse.Namespace) -> int:
             kernel_table=args.kernel_table,
             model_name=args.model,
         )
-    except DowngradeError as error:
-        sys.stderr.write(f"{error}\n")
-        return EXIT_REFUSED
-    sys.stdout.write(json.dumps(result) if args.json else format_report(result))
-    sys.stdout.write("\n")
+    if args.json:
+        sys.stdout.write(json.dumps(result) + "\n")
+    else:
+        print_report(result, show_all=args.all)
     return 0
+
+
+_REPORT_EXAMPLES = """\
+  # where the nodes of model.onnx land on WebGPU now and after lowering
+  onnxscript-ep-passes report model.onnx --ep webgpu
+  # on CUDA with ORT 1.24 (a shipped kernel table), every op listed
+  onnxscript-ep-passes report model.onnx --ep cuda --ort-version 1.24 --all
+  # the same as one JSON object, for scripts
+  onnxscript-ep-passes report model.onnx --ep cuda --ort-version 1.24 --json"""
+
+
+COMMANDS: list[Command] = [
+    Command(
+        "lower",
+        "lower a model's ai.onnx opset (to N, or to the best for an EP)",
+        _LOWER_EXAMPLES,
+        _lower_arguments,
+        _lower,
+    ),
+    Command(
+        "report",
+        "predicted placement on an EP, before and after lowering",
+        _REPORT_EXAMPLES,
+        _report_arguments,
+        _report,
+    ),
+]
+"""The subcommands, in the order ``--help`` lists them."""
+
+
+# -- the program ---------------------------------------------------------------------
+
+
+def _version() -> str:
+    def installed(dist: str) -> str:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    ort = next(
+        (
+            f"{dist} {installed(dist)}"
+            for dist in ("onnxruntime", "onnxruntime-gpu", "onnxruntime-directml")
+            if installed(dist) != "not installed"
+        ),
+        "onnxruntime not installed",
+    )
+    return f"{PROG} {__version__} (onnx {installed('onnx')}, {ort})"
+
+
+def _global_options(*, defaults: bool) -> argparse.ArgumentParser:
+    """-v/-q; the copy on each subcommand has no defaults, so it keeps what came before."""
+    parser = argparse.ArgumentParser(add_help=False)
+    group = parser.add_argument_group("global options (before or after the subcommand)")
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0 if defaults else argparse.SUPPRESS,
+        help="debug logs on stderr",
+    )
+    group.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=False if defaults else argparse.SUPPRESS,
+        help="only warnings and errors on stderr; no verdict line from lower",
+    )
+    return parser
+
+
+def _examples_epilog() -> str:
+    return "examples:\n" + "\n".join(c.examples for c in COMMANDS) + "\n\n" + EXIT_STATUS_HELP
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser: one subparser per :data:`COMMANDS` entry."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Lower ONNX models' ai.onnx opset exactly, per op, so they run wholly "
+        "on the ONNX Runtime execution provider you pick.",
+        epilog=_examples_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_global_options(defaults=True)],
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        sub = commands.add_parser(
+            command.name,
+            help=command.help,
+            description=command.help,
+            epilog=f"examples:\n{command.examples}\n\n{EXIT_STATUS_HELP}",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            parents=[_global_options(defaults=False)],
+        )
+        command.add_arguments(sub)
+        sub.set_defaults(run=command.run, usage_error=sub.error)
+    return parser
+
+
+def _say(args: argparse.Namespace, line: str) -> None:
+    """A result line on stdout (not with -q)."""
+    if not args.quiet:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Send what native code (ORT, the GPU driver) writes to fd 1 to stderr meanwhile, so
+    that stdout holds the results alone."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no fd 1 (embedded interpreters)
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _configure_logging(verbose: int, quiet: bool) -> None:
+    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
 
 @contextlib.contextmanager
@@ -188,22 +405,22 @@ def _no_gc() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _build_parser().parse_args(argv)
+    """Run the command line; return the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
     _configure_logging(args.verbose, args.quiet)
-    with _no_gc():
-        return _dispatch(args)
-
-
-def _dispatch(args: argparse.Namespace) -> int:
     try:
-        if args.command == "lower":
-            return _lower(args)
-        if args.command == "report":
-            return _report(args)
+        with _no_gc():
+            return int(args.run(args))
+    except UsageError as error:
+        args.usage_error(str(error))  # prints the subcommand's usage, exits 2
+        raise  # pragma: no cover - error() exits
+    except DowngradeError as error:
+        sys.stderr.write(f"{error}\n")
+        return EXIT_REFUSED
     except (OSError, ValueError) as error:
         logger.error("%s", error)
         return 1
-    return 1  # pragma: no cover - argparse rejects unknown commands
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -6,7 +6,7 @@
 
     {"schema_version": 1,
      "model": the path given (or the graph's name),
-     "ep", "ort_version", "table_source",
+     "ep", "ort_version", "ort_version_assumed", "table_source",
      "objective": {"kind": "estimate" | "measured", "dims": {name: size},
                    "rates": {...}},
      "candidates": [{"opset", "legalized",
@@ -30,22 +30,56 @@ session (``--measure``). ``objective.kind`` says how the choice was made.
 Node names are as in the model (inlined function nodes as ORT names them). Nodes that ORT
 keeps on CPU on purpose (small shape computations) carry ``"shape_computation": true``
 and are not counted as fallback. ``decisions`` has one entry per node that falls back at
-the source or at the chosen opset: what the pass does about it and why.
+the source or at the chosen opset: what the pass does about it and why. ``model`` is the
+name the caller gives (the file name, from the command line) or the graph's name;
+``ort_version_assumed`` is true when no ORT release was named and the table is a shipped
+snapshot (the prediction is for a release the user may not run).
+
+The text form (:func:`format_report`, :func:`print_report`, rendered with rich) reads
+top-down:
+
+1. the verdict line (:mod:`~onnxscript_ep_passes.verdict`), and a note when the ORT
+   release is assumed;
+2. the candidates table: each opset reached, with its predicted cost, the chosen one
+   marked;
+3. why no lower opset was reachable, when one was not (the first offending nodes);
+4. the per-op table, before and after, of the ops whose placement changes (every op with
+   ``show_all``);
+5. the decisions about nodes the EP cannot run, grouped by (op, decision, reason) with a
+   count and a few node names.
+
+Colour is used only when the output is a terminal (rich's detection; ``NO_COLOR`` is
+honoured).
 """
 
 from __future__ import annotations
 
-__all__ = ["SCHEMA_VERSION", "choice_report", "format_report", "placement_report", "report_schema"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "choice_report",
+    "format_report",
+    "placement_report",
+    "print_report",
+    "render_report",
+    "report_schema",
+]
 
 import collections
+import dataclasses
 import functools
 import importlib.resources
+import io
 import json
 import os
+import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import IO, Any
 
 import onnx_ir as ir
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
 
 from onnxscript_ep_passes.ep import cost
 from onnxscript_ep_passes.ep.dims import DimSizes
@@ -53,6 +87,7 @@ from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.placement import PlacementPrediction
 from onnxscript_ep_passes.ep.table_source import resolve_table
 from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringChoice, choose_target_opset
+from onnxscript_ep_passes.verdict import ep_display_name, verdict
 
 SCHEMA_VERSION = 1
 
@@ -101,26 +136,23 @@ def _input_dims(model: ir.Model, sizes: DimSizes) -> dict[str, int]:
     return dims
 
 
-def _candidates(choice: EpLoweringChoice) -> list[dict[str, Any]]:
+def _candidate_rows(choice: EpLoweringChoice) -> list[dict[str, Any]]:
     rows = []
     for opset in sorted(set(choice.predictions) | set(choice.legalized_predictions), reverse=True):
-        for legalized, predictions, costs in (
-            (False, choice.predictions, choice.costs),
-            (True, choice.legalized_predictions, choice.legalized_costs),
-        ):
-            if opset not in predictions:
+        for legalized, costs in ((False, choice.costs), (True, choice.legalized_costs)):
+            if opset not in costs:
                 continue
-            cost = costs[opset]
+            estimate = costs[opset]
             measured = choice.measured.get((opset, legalized))
             rows.append(
                 {
                     "opset": opset,
                     "legalized": legalized,
                     "predicted": {
-                        "memcpy": cost.memcpy,
-                        "memcpy_bytes": cost.memcpy_bytes,
-                        "fallback_nodes": cost.fallback_nodes,
-                        "cost": cost.cost,
+                        "memcpy": estimate.memcpy,
+                        "memcpy_bytes": estimate.memcpy_bytes,
+                        "fallback_nodes": estimate.fallback_nodes,
+                        "cost": estimate.cost,
                     },
                     "measured": None if measured is None else measured.to_dict(),
                 }
@@ -137,13 +169,14 @@ def choice_report(
         "model": model_name if model_name is not None else (model.graph.name or ""),
         "ep": choice.ep,
         "ort_version": choice.ort_version,
+        "ort_version_assumed": choice.ort_version_assumed,
         "table_source": choice.table_source,
         "objective": {
             "kind": "measured" if choice.measured else "estimate",
             "dims": _input_dims(model, choice.dims),
             "rates": cost.rates(),
         },
-        "candidates": _candidates(choice),
+        "candidates": _candidate_rows(choice),
         "chosen": {"opset": choice.chosen_opset, "legalized": choice.legalized},
         "blocked": None if choice.blocked is None else str(choice.blocked),
         "decisions": [d.to_dict() for d in choice.decisions],
@@ -171,77 +204,187 @@ def placement_report(
     :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass`; ``model_name`` is the
     report's ``model`` (the path given; default: the graph's name).
     """
-    table = (
-        table
-        if table is not None
-        else resolve_table(ep, ort_version, kernel_table=kernel_table, measure=measure)
-    )
+    assumed = table is None and ort_version is None and kernel_table is None
+    if table is None:
+        table = resolve_table(ep, ort_version, kernel_table=kernel_table, measure=measure)
     choice = choose_target_opset(
         model, table, target_opset=target_opset, legalize=legalize, dims=dims, measure=measure
     )
-    return choice_report(model, choice, model_name=model_name)
+    if assumed and not table.source.startswith("live:"):
+        choice = dataclasses.replace(choice, ort_version_assumed=True)
+    return choice_report(model, choice, model_name=model_name or model.graph.name)
 
 
-def _op_table(side: dict[str, Any]) -> list[str]:
-    counts: dict[str, collections.Counter[str]] = {}
-    reasons: dict[str, set[str]] = {}
-    for node in side["nodes"]:
-        key = f"{node['domain'] + '::' if node['domain'] else ''}{node['op_type']}"
-        label = "shape" if node["shape_computation"] else node["placement"]
-        counts.setdefault(key, collections.Counter())[label] += 1
-        if node["placement"] == "cpu" and not node["shape_computation"]:
-            reasons.setdefault(key, set()).add(node["reason"])
-    width = max((len(k) for k in counts), default=2)
-    lines = [f"    {'op'.ljust(width)}  {'EP':>5} {'CPU':>5} {'shape':>5}  why on CPU"]
-    for key in sorted(counts):
-        c = counts[key]
-        why = "; ".join(sorted(reasons.get(key, ())))
-        lines.append(f"    {key.ljust(width)}  {c['ep']:>5} {c['cpu']:>5} {c['shape']:>5}  {why}")
-    return lines
+# -- text ----------------------------------------------------------------------------------
+
+_MAX_BLOCKED_LINES = 5
+_FIGURE_NAMES = {"fallback": "CPU nodes", "memcpy": "Memcpy"}
+_MAX_NODE_NAMES = 3
 
 
-def format_report(report: dict[str, Any]) -> str:
-    """The human-readable form of :func:`placement_report`'s dict."""
-    lines = [
-        f"EP {report['ep']} (ORT {report['ort_version']}, table {report['table_source']})",
-        "candidates (opset[L: legalized]: fallback nodes, Memcpy, estimated us"
-        "[, measured Memcpy, ms]): " + ", ".join(_candidate_text(c) for c in report["candidates"]),
-    ]
-    if report["blocked"]:
-        lines.append("lowest reachable opset is limited by:")
-        lines.extend(f"    {line}" for line in report["blocked"].splitlines()[1:])
-    for title in ("before", "after"):
-        side = report[title]
-        legal = " (legalized)" if title == "after" and report["chosen"]["legalized"] else ""
-        lines.append(
-            f"{title}: opset {side['opset']}{legal}, {side['fallback']} fallback nodes, "
-            f"~{side['memcpy']} Memcpy nodes"
-        )
-        lines.extend(_op_table(side))
-    decisions = report.get("decisions") or []
-    if decisions:
-        lines.append("decisions for the nodes the EP cannot run (node (op): decision: why):")
-        lines.extend(_decision_lines(decisions))
-    return "\n".join(lines)
-
-
-def _candidate_text(candidate: dict[str, Any]) -> str:
-    predicted, measured = candidate["predicted"], candidate["measured"]
-    text = (
-        f"{candidate['opset']}{'L' if candidate['legalized'] else ''}: "
-        f"{predicted['fallback_nodes']}, {predicted['memcpy']}, {predicted['cost']:.0f}"
+def _verdict(report: dict[str, Any], model_name: str | None) -> str:
+    before, after = report["before"], report["after"]
+    expanded = 0
+    if report["chosen"]["legalized"]:
+        expanded = sum(1 for d in report.get("decisions") or () if d["decision"] == "expand")
+    return verdict(
+        ep=report["ep"],
+        ort_version=report["ort_version"],
+        table_source=report["table_source"],
+        source_opset=before["opset"],
+        chosen_opset=after["opset"],
+        memcpy=(before["memcpy"], after["memcpy"]),
+        cpu_nodes=(before["fallback"], after["fallback"]),
+        expanded=expanded,
+        assumed=bool(report.get("ort_version_assumed")),
+        model=model_name or os.path.basename(report.get("model") or "") or None,
     )
-    if measured is not None:
-        text += f", measured {measured['memcpy']}, {measured['latency_ms']:.2f} ms"
-    return text
 
 
-def _decision_lines(decisions: list[dict[str, Any]]) -> list[str]:
-    lines = []
+def _candidates(report: dict[str, Any]) -> Table:
+    table = Table(title="candidates", title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("opset", "CPU nodes", "Memcpy", "bytes moved", "est. us"):
+        table.add_column(name, justify="right")
+    measured = any(c["measured"] for c in report["candidates"])
+    if measured:
+        for name in ("measured Memcpy", "measured ms"):
+            table.add_column(name, justify="right")
+    table.add_column("")
+    chosen = report["chosen"]
+    for c in report["candidates"]:
+        p, m = c["predicted"], c["measured"]
+        row = [
+            f"{c['opset']}{' legalized' if c['legalized'] else ''}",
+            str(p["fallback_nodes"]),
+            str(p["memcpy"]),
+            str(p["memcpy_bytes"]),
+            f"{p['cost']:.1f}",
+        ]
+        if measured:
+            row += ["", ""] if m is None else [str(m["memcpy"]), f"{m['latency_ms']:.2f}"]
+        is_chosen = c["opset"] == chosen["opset"] and c["legalized"] == chosen["legalized"]
+        mark = "chosen (legalized)" if c["legalized"] else "chosen"
+        row.append(mark if is_chosen else "")
+        table.add_row(*row, style="bold" if is_chosen else None)
+    return table
+
+
+def _op_key(node: dict[str, Any]) -> str:
+    return f"{node['domain']}::{node['op_type']}" if node["domain"] else node["op_type"]
+
+
+def _placement_counts(side: dict[str, Any]) -> dict[str, collections.Counter[str]]:
+    counts: dict[str, collections.Counter[str]] = {}
+    for node in side["nodes"]:
+        label = "shape" if node.get("shape_computation") else node["placement"]
+        counts.setdefault(_op_key(node), collections.Counter())[label] += 1
+    return counts
+
+
+def _op_table(report: dict[str, Any], show_all: bool) -> Table | Text:
+    before = _placement_counts(report["before"])
+    after = _placement_counts(report["after"])
+    empty: collections.Counter[str] = collections.Counter()
+    labels = ("ep", "cpu", "shape")
+    rows = []
+    for op in sorted({*before, *after}):
+        b, a = before.get(op, empty), after.get(op, empty)
+        if show_all or any(b[label] != a[label] for label in labels):
+            rows.append((op, b, a))
+    if not rows:
+        return Text("placement per op: unchanged (--all lists every op)")
+    title = "placement per op" + ("" if show_all else ", ops that change (--all lists every op)")
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("op")
+    for side in ("before", "after"):
+        opset = report[side]["opset"]
+        table.add_column(f"{side} (opset {opset}): EP", justify="right")
+        table.add_column("CPU", justify="right")
+        table.add_column("shape", justify="right")
+    for op, b, a in rows:
+        cells = [str(b[label] or "") for label in labels] + [
+            str(a[label] or "") for label in labels
+        ]
+        table.add_row(op, *cells, style="red" if a["cpu"] else None)
+    return table
+
+
+def _decisions(report: dict[str, Any]) -> Table | None:
+    decisions = report.get("decisions") or []
+    if not decisions:
+        return None
+    groups: dict[tuple[str, str, str], list[str]] = {}
     for d in decisions:
-        op = f"{d['domain']}::{d['op_type']}" if d["domain"] else d["op_type"]
-        version = f"-{d['since_version']}" if d["since_version"] is not None else ""
-        lines.append(
-            f"    {d['node'] or '<unnamed>'} ({op}{version}): {d['decision']}: {d['reason']}"
+        op = _op_key(d) + (f"-{d['since_version']}" if d["since_version"] is not None else "")
+        groups.setdefault((op, d["decision"], d["reason"]), []).append(d["node"] or "<unnamed>")
+    table = Table(
+        title="decisions about the nodes the EP cannot run",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
+    for name, justify in (("nodes", "right"), ("op", "left"), ("decision", "left")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    table.add_column("e.g.")
+    table.add_column("why")
+    style = {"cpu": "red", "lower": "green", "expand": "cyan", "ep_equivalent": "green"}
+    for (op, decision, reason), nodes in sorted(groups.items(), key=lambda g: -len(g[1])):
+        shown = ", ".join(nodes[:_MAX_NODE_NAMES]) + (
+            ", ..." if len(nodes) > _MAX_NODE_NAMES else ""
         )
-    return lines
+        table.add_row(
+            str(len(nodes)), op, Text(decision, style=style.get(decision, "")), shown, reason
+        )
+    return table
+
+
+def render_report(
+    report: dict[str, Any], *, model_name: str | None = None, show_all: bool = False
+) -> RenderableType:
+    """The text report of :func:`placement_report`'s dict, as one rich renderable."""
+    parts: list[RenderableType] = [Text(_verdict(report, model_name), style="bold")]
+    if report.get("ort_version_assumed"):
+        parts.append(
+            Text(
+                f"note: no ORT release given, so ORT {report['ort_version']} is assumed for "
+                f"{ep_display_name(report['ep'])} (its shipped table); the prediction can "
+                "differ for yours: pass --ort-version",
+                style="yellow",
+            )
+        )
+    parts.append(_candidates(report))
+    if report.get("blocked"):
+        lines = str(report["blocked"]).splitlines()
+        parts.append(Text(f"lower opsets are out of reach: {lines[0]}"))
+        for line in lines[1 : 1 + _MAX_BLOCKED_LINES]:
+            parts.append(Text(f"  {line.strip()}", no_wrap=True, overflow="ellipsis"))
+        if len(lines) - 1 > _MAX_BLOCKED_LINES:
+            parts.append(Text(f"  ... and {len(lines) - 1 - _MAX_BLOCKED_LINES} more"))
+    parts.append(_op_table(report, show_all))
+    decisions = _decisions(report)
+    if decisions is not None:
+        parts.append(decisions)
+    return Group(*parts)
+
+
+def print_report(
+    report: dict[str, Any],
+    *,
+    model_name: str | None = None,
+    show_all: bool = False,
+    file: IO[str] | None = None,
+) -> None:
+    """Print the text report to ``file`` (stdout), in colour when it is a terminal."""
+    out = file or sys.stdout
+    terminal = out.isatty()
+    console = Console(file=out, width=None if terminal else 160, highlight=False)
+    console.print(render_report(report, model_name=model_name, show_all=show_all))
+
+
+def format_report(
+    report: dict[str, Any], *, model_name: str | None = None, show_all: bool = False
+) -> str:
+    """The text report as plain text (no colour)."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=160, color_system=None, highlight=False)
+    console.print(render_report(report, model_name=model_name, show_all=show_all))
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()).strip("\n")

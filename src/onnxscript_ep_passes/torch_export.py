@@ -64,17 +64,25 @@ def lower_for_ep(
     *,
     ort_version: str | None = None,
     target_opset: int | None = None,
+    legalize: bool = True,
     dims: DimSizes | Mapping[str, int] | str | None = None,
     measure: bool = False,
     kernel_table: str | os.PathLike[str] | None = None,
 ) -> EpLoweringChoice | None:
     """Lower ``program.model`` in place to the opset best for ``ep``; return the choice.
 
-    Returns None for the CPU EP (nothing to lower). See
-    :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass` for the arguments.
+    Returns None for the CPU EP (nothing to lower); ``choice.summary()`` is the verdict
+    line. See :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass` for the arguments
+    (``legalize=False``: only choose the opset, never expand a node).
     """
     lowering = LowerOpsetForEpPass(
-        ep, ort_version, target_opset, dims=dims, measure=measure, kernel_table=kernel_table
+        ep,
+        ort_version,
+        target_opset,
+        legalize=legalize,
+        dims=dims,
+        measure=measure,
+        kernel_table=kernel_table,
     )
     result = lowering(_model_of(program))
     if result.modified:

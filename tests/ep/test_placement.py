@@ -135,6 +135,11 @@ def test_function_calls_are_inlined_at_the_model_opset() -> None:
     inner = names["_inlfunc_Block_transpose"]
     assert inner.since_version == 25 and inner.placement == "cpu"
     assert inner.scope == "graph 'main' / function 'local::Block'"
+    assert inner.function is not None and (inner.function.domain, inner.function.name) == (
+        "local",
+        "Block",
+    )
+    assert inner.node is not None and inner.node in list(inner.function)
     pred = predict_placement(function_model(24, 25), table)
     assert _by_name(pred)["_inlfunc_Block_transpose"].placement == "ep"
 
@@ -145,6 +150,7 @@ def test_subgraph_nodes_are_placed() -> None:
     assert names["if"].placement == "cpu"  # If-25 vs WebGPU's 21+
     assert names["then_transpose"].placement == "cpu"
     assert names["then_transpose"].scope == "subgraph 'if/then_branch'"
+    assert names["then_transpose"].function is None
     assert names["else_neg"].placement == "ep"
     pred = predict_placement(if_model(21), table)
     assert pred.fully_on_ep
@@ -248,3 +254,17 @@ def test_prediction_is_deterministic(opset: int) -> None:
     assert predict_placement(chain_model(opset), table) == predict_placement(
         chain_model(opset), table
     )
+
+
+def test_records_point_at_the_models_ir_nodes_and_values() -> None:
+    """Predictions are joined to the model by reference, never by name."""
+    model = ir.serde.deserialize_model(chain_model(25))
+    pred = predict_placement(model, load_snapshot("webgpu-ort-1.32"))
+    nodes = set(ir.traversal.RecursiveGraphIterator(model.graph))
+    placed = [p for p in pred.nodes if not p.inserted_by_ort]
+    assert placed and all(p.node in nodes and p.node.op_type == p.op_type for p in placed)
+    assert all(p.function is None and not p.inlined_by_ort for p in placed)
+    assert all(p.node is None for p in pred.nodes if p.inserted_by_ort)
+    assert pred.transfers
+    for transfer in pred.transfers:
+        assert transfer.ir_value is not None and transfer.ir_value.name == transfer.value

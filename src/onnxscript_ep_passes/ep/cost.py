@@ -136,30 +136,14 @@ def undominated(items: Sequence[T], estimate: Callable[[T], PlacementCost]) -> l
     ]
 
 
-def _named_values(model: ir.Model) -> dict[str, ir.Value]:
-    found: dict[str, ir.Value] = {}
-    for value in model.graph.inputs:
-        if value.name:
-            found.setdefault(value.name, value)
-    for value in model.graph.initializers.values():
-        if value.name:
-            found.setdefault(value.name, value)
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        for value in node.outputs:
-            if value.name:
-                found.setdefault(value.name, value)
-    return found
-
-
 def placement_cost(
     prediction: PlacementPrediction, model: ir.Model, sizes: DimSizes | None = None
 ) -> PlacementCost:
     """Price ``prediction``, a placement predicted for ``model`` (module docstring)."""
     measure = ValueSizes(sizes or DimSizes(), infer_missing_shapes(model))
-    values = _named_values(model)
     memcpy_bytes = 0
     for transfer in prediction.transfers:
-        value = values.get(transfer.value)
+        value = transfer.ir_value  # the model's value whose data the Memcpy copies
         memcpy_bytes += measure.bytes(value) if value is not None else 4 * UNKNOWN_ELEMENTS
     cpu_flops = ep_flops = cpu_us = ep_us = 0.0
     for placed in prediction.nodes:

@@ -31,7 +31,13 @@ class NodeRefusedError(Exception):
 
 
 class NodeNames:
-    """Hands out node names unused in a model (ORT refuses two nodes with one name)."""
+    """Hands out node names unused in a model (ORT refuses two nodes with one name).
+
+    Hand-written rather than onnx-ir's ``NameAuthority``/``NameFixPass``: the names say
+    which node a rewrite came from (``<node>/lowered_<op>_<n>``), they are unique across
+    the whole model (subgraphs and functions included, where ``NameAuthority`` counts
+    per graph), and the set of names in use is read only when a first name is needed.
+    """
 
     def __init__(self, model_or_graph: ir.Model | ir.Graph | ir.Function | None = None) -> None:
         self._source = model_or_graph

@@ -72,7 +72,7 @@ def _meaning_kept(node: ir.Node, body_opset: int, opset: int) -> str | None:
     version = high
     while version > low:
         diff = schemas.step_diff(node.op_type, version, node.domain)
-        widened = diff.kind == "type_only" and not any("removed" in d for d in diff.details)
+        widened = diff.kind == "type_only" and not diff.removed_types
         if not widened and (node.op_type, version) not in _COMPATIBLE_STEPS:
             return (
                 f"{node.op_type}-{version} changed more than types ({diff.summary}): the body "
@@ -135,7 +135,7 @@ def expand_node(
             problem = _meaning_kept(built, built_opset, opset)
             if problem is not None:
                 ctx.refuse(problem)
-        built_ids = {id(n) for n, _ in ctx.built}
+        built_nodes = {n for n, _ in ctx.built}
         replacements: list[tuple[ir.Value, ir.Value]] = []
         for index, old in enumerate(node.outputs):
             new = values[index] if index < len(values) else None
@@ -144,7 +144,7 @@ def expand_node(
                     ctx.refuse(f"the body of {node.op_type} gives no value for output {index}")
                 continue
             producer = new.producer()
-            if producer is None or id(producer) not in built_ids:
+            if producer is None or producer not in built_nodes:
                 # An output that is a body input or constant gets a node of its own.
                 new = ctx.op("Identity", [new], opset=opset)
             replacements.append((old, new))

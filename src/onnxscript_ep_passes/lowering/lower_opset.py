@@ -146,11 +146,11 @@ class _Lowering:
         self.oracle = TypeOracle(model)
         self.names = NodeNames(model)
         self.refusals: list[Refusal] = []
-        self.rewritten: set[int] = set()  # ids of the nodes adapters changed
+        self.rewritten: set[ir.Node] = set()  # the nodes adapters changed
         self.built_nodes: list[ir.Node] = []  # every node the adapters built, in order
         self.journal = _Journal()
         self._dead: list[ir.Node] = []
-        self._dead_ids: set[int] = set()
+        self._dead_set: set[ir.Node] = set()
         self._lent_shapes: list[ir.Value] = []
         self._used_initializers: list[tuple[ir.Graph, ir.Value]] = []
 
@@ -188,7 +188,7 @@ class _Lowering:
             assert node.graph is not None
             node.graph.remove(node, safe=True)
         self._dead.clear()
-        self._dead_ids.clear()
+        self._dead_set.clear()
         # Initializers only the replaced nodes read are dropped (ORT warns about them).
         for graph, value in self._used_initializers:
             if not value.uses() and not value.is_graph_output() and not value.is_graph_input():
@@ -200,7 +200,7 @@ class _Lowering:
         self._take_back_shapes()
         self.journal.rollback()
         self._dead.clear()
-        self._dead_ids.clear()
+        self._dead_set.clear()
 
     def lower_node(self, node: ir.Node, opset: int, scope: str) -> None:
         start = schemas.since_version(node.op_type, opset, node.domain)
@@ -236,7 +236,7 @@ class _Lowering:
             self.journal.built([n for n, _ in built])
             self.built_nodes.extend(n for n, _ in built)
             if result is not None or built or (changed is not None and changed()):
-                self.rewritten.add(id(node))
+                self.rewritten.add(node)
                 logger.debug(
                     "%s: %s '%s' stepped down from %d (%s): %d new nodes",
                     scope,
@@ -284,7 +284,7 @@ class _Lowering:
         ]
         if node.graph is not None and schemas.is_default_domain(node.domain):
             self.lower_node(node, opset, scope)
-        if id(node) in self._dead_ids:
+        if node in self._dead_set:
             return  # replaced: its subgraphs are gone with it
         for sub in inner:
             if sub.graph is not None and schemas.is_default_domain(sub.domain):
@@ -304,14 +304,14 @@ class _Lowering:
                         f"adapter for {node.op_type} gave no value for used output {index}"
                     )
                 continue
-            built = {id(n) for n, _ in ctx.built}
+            built = {n for n, _ in ctx.built}
             producer = new.producer()
-            if old.is_graph_output() and (producer is None or id(producer) not in built):
+            if old.is_graph_output() and (producer is None or producer not in built):
                 new = ctx.op("Identity", [new])  # a graph output needs a node of its own
                 producer = new.producer()
-            self._rewire(old, new, graph, rename=producer is not None and id(producer) in built)
+            self._rewire(old, new, graph, rename=producer is not None and producer in built)
         self._dead.append(node)
-        self._dead_ids.add(id(node))
+        self._dead_set.add(node)
 
     def _rewire(self, old: ir.Value, new: ir.Value, graph: ir.Graph, *, rename: bool) -> None:
         uses = list(old.uses())

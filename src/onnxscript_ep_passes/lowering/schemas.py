@@ -17,6 +17,7 @@ from __future__ import annotations
 __all__ = [
     "DEFAULT_DOMAINS",
     "StepDiff",
+    "StepKind",
     "TypeCheck",
     "get_schema",
     "is_default_domain",
@@ -30,6 +31,7 @@ __all__ = [
 import dataclasses
 import functools
 from collections.abc import Iterator
+from typing import Any, Literal
 
 import onnx
 import onnx.defs
@@ -50,19 +52,28 @@ def since_version(op_type: str, opset: int, domain: str = "") -> int | None:
     return None if schema is None else schema.since_version
 
 
+StepKind = Literal["new", "type_only", "other"]
+
+
 @dataclasses.dataclass(frozen=True)
 class StepDiff:
-    """How schema ``op_type``-``version`` differs from the one before it."""
+    """How schema ``op_type``-``version`` differs from the one before it.
+
+    ``details`` are for people; decisions read ``kind``, ``added_types`` and
+    ``removed_types``.
+    """
 
     op_type: str
     version: int
     previous: int | None
-    kind: str  # "new" | "type_only" | "other"
+    kind: StepKind
     # For each type parameter (of both schemas) whose allowed set grew: the types the
     # older schema allows, and the types the step added.
     old_allowed: dict[str, frozenset[str]]
     added_types: dict[str, frozenset[str]]
     details: tuple[str, ...]
+    # For each type parameter whose allowed set shrank: the types the step removed.
+    removed_types: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
 
     @property
     def summary(self) -> str:
@@ -143,18 +154,21 @@ def step_diff(op_type: str, version: int, domain: str = "") -> StepDiff:
     widened_only = same_params and all(oc[p] <= nc[p] for p in oc)
     narrowed_only = same_params and all(nc[p] <= oc[p] for p in oc)
     added = {p: nc[p] - oc[p] for p in nc if p in oc and nc[p] - oc[p]}
+    removed = {p: oc[p] - nc[p] for p in oc if p in nc and oc[p] - nc[p]}
     old_allowed = {p: oc[p] for p in added}
     if old_sig == new_sig and (widened_only or narrowed_only) and oc != nc:
         # Narrowing (types removed) needs no check: the older schema allows more.
-        return StepDiff(op_type, version, previous, "type_only", old_allowed, added, details)
-    return StepDiff(op_type, version, previous, "other", old_allowed, added, details)
+        return StepDiff(
+            op_type, version, previous, "type_only", old_allowed, added, details, removed
+        )
+    return StepDiff(op_type, version, previous, "other", old_allowed, added, details, removed)
 
 
 @dataclasses.dataclass(frozen=True)
 class TypeCheck:
     """One formal parameter whose allowed types grew at a step."""
 
-    kind: str  # "input" | "output"
+    kind: Literal["input", "output"]
     index: int
     variadic: bool
     old_allowed: frozenset[str]
@@ -169,7 +183,11 @@ def type_checks(op_type: str, version: int, domain: str = "") -> tuple[TypeCheck
     schema = get_schema(op_type, version, domain)
     assert schema is not None
     checks: list[TypeCheck] = []
-    for kind, formals in (("input", schema.inputs), ("output", schema.outputs)):
+    sides: tuple[tuple[Literal["input", "output"], Any], ...] = (
+        ("input", schema.inputs),
+        ("output", schema.outputs),
+    )
+    for kind, formals in sides:
         for index, formal in enumerate(formals):
             allowed = diff.old_allowed.get(formal.type_str)
             if allowed is not None:

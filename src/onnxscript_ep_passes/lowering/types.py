@@ -111,7 +111,7 @@ class TypeOracle:
         self._graph_protos: dict[str, onnx.TypeProto] | None = None
         self._graph_types: dict[str, ir.TypeProtocol | None] = {}
         self._function_types: dict[ir.OperatorIdentifier, dict[str, ir.TypeProtocol | None]] = {}
-        self._graph_owner: dict[int, ir.Function] | None = None
+        self._graph_owner: dict[ir.Graph, ir.Function] | None = None
 
     def type_of(self, value: ir.Value) -> ir.TypeProtocol | None:
         if _known(value.type):
@@ -153,11 +153,11 @@ class TypeOracle:
         if self._graph_owner is None:
             self._graph_owner = {}
             for function in self._model.functions.values():
-                self._graph_owner[id(function.graph)] = function
+                self._graph_owner[function.graph] = function
                 for node in ir.traversal.RecursiveGraphIterator(function):
                     if node.graph is not None:
-                        self._graph_owner[id(node.graph)] = function
-        return self._graph_owner.get(id(graph))
+                        self._graph_owner[node.graph] = function
+        return self._graph_owner.get(graph)
 
     def _infer_model(self) -> dict[str, onnx.TypeProto]:
         """Shape inference over a weight-free serialization of the model.
@@ -172,12 +172,12 @@ class TypeOracle:
         graph_proto = proto.graph
         graph_proto.name = graph.name or "graph"
         graph_proto.input.extend(ir.serde.serialize_value(v) for v in graph.inputs)
-        input_ids = {id(v) for v in graph.inputs}
+        inputs = set(graph.inputs)
         for value in graph.initializers.values():
             data = _const_proto(value)
             if data is not None:
                 graph_proto.initializer.append(data)
-            elif id(value) not in input_ids:
+            elif value not in inputs:
                 graph_proto.input.append(ir.serde.serialize_value(value))
         graph_proto.node.extend(ir.serde.serialize_node(node) for node in graph)
         graph_proto.output.extend(ir.serde.serialize_value(v) for v in graph.outputs)

@@ -41,15 +41,10 @@ Rules the pass follows:
 7. Nodes of the copies are related to the model's by structure when a copy is made
    (:mod:`~onnxscript_ep_passes._copies`), never by name. The pass's result is an
    :class:`EpLoweringResult` holding the choice.
-8. **Measuring** (``measure=True``): the estimate ranks, ORT decides. The best
-   ``MEASURE_TOP`` candidates by estimate (one per distinct estimate), plus the source,
-   the best plain and the best legalized candidate, each run in a real ORT session on the
-   EP (:mod:`~onnxscript_ep_passes.ep.measure`: ORT's placement record, the Memcpy nodes
-   of its optimized model, the median latency on inputs generated with the same
-   ``dims``); the fastest is chosen. Predicted and measured figures are kept in
-   :attr:`EpLoweringChoice.measured` and logged. An EP without a kernel table
-   (:mod:`~onnxscript_ep_passes.ep.table_source`) is handled by measuring every reachable
-   opset (plain lowering only).
+8. **Measuring** (``measure=True``, :mod:`.candidates`): the best few candidates by
+   estimate, the source, the best plain and the best legalized one run in real ORT
+   sessions on the EP; the fastest wins (:attr:`EpLoweringChoice.measured`). An EP
+   without a kernel table has every reachable opset measured.
 """
 
 from __future__ import annotations
@@ -64,6 +59,7 @@ __all__ = [
     "choose_target_opset",
 ]
 
+import collections
 import dataclasses
 import logging
 import os
@@ -98,6 +94,7 @@ from onnxscript_ep_passes.passes.candidates import (
     measure_candidates,
 )
 from onnxscript_ep_passes.passes.legalize import LegalizationDecision
+from onnxscript_ep_passes.verdict import verdict
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +123,8 @@ class EpLoweringChoice:
         dims: The sizes the estimate gave the symbolic dimensions.
         measured: With ``measure``, the real session's figures per ``(opset, legalized)``
             candidate measured.
+        ort_version_assumed: The caller named no ORT release and the table is a shipped
+            snapshot (not listed from the installed ORT): ``ort_version`` is a default.
     """
 
     ep: str
@@ -143,6 +142,7 @@ class EpLoweringChoice:
     legalized_costs: dict[int, PlacementCost] = dataclasses.field(default_factory=dict)
     dims: DimSizes = dataclasses.field(default_factory=DimSizes)
     measured: dict[tuple[int, bool], CandidateMeasurement] = dataclasses.field(default_factory=dict)
+    ort_version_assumed: bool = False
 
     @property
     def before(self) -> PlacementPrediction:
@@ -165,6 +165,36 @@ class EpLoweringChoice:
     def expanded(self) -> tuple[ir.Node, ...]:
         """The nodes the chosen candidate expands (empty unless ``legalized``)."""
         return self.plan.get(self.chosen_opset, ()) if self.legalized else ()
+
+    @property
+    def changes_model(self) -> bool:
+        """Whether applying the choice changes the model (a lower opset or expansions)."""
+        return self.chosen_opset < self.source_opset or self.legalized
+
+    def summary(self, model: str | None = None) -> str:
+        """The verdict line, e.g. ``opset 25 -> 24 on WebGPU (ORT 1.32, live table):
+        Memcpy 376 -> 4, CPU nodes 493 -> 59`` (:func:`~onnxscript_ep_passes.verdict.verdict`);
+        ``model`` prefixes it with the model's name."""
+        return verdict(
+            ep=self.ep,
+            ort_version=self.ort_version,
+            table_source=self.table_source,
+            source_opset=self.source_opset,
+            chosen_opset=self.chosen_opset,
+            memcpy=(self.before.memcpy, self.after.memcpy),
+            cpu_nodes=(len(self.before.fallback_nodes), len(self.after.fallback_nodes)),
+            expanded=len(self.expanded),
+            assumed=self.ort_version_assumed,
+            model=model,
+        )
+
+    def __repr__(self) -> str:
+        # The dataclass repr would print every node of every prediction (megabytes).
+        legalized = sorted(self.legalized_predictions)
+        return (
+            f"<EpLoweringChoice {self.summary()}; candidates {sorted(self.predictions)}"
+            f"{f', legalized {legalized}' if legalized else ''}, {len(self.decisions)} decisions>"
+        )
 
 
 def _search(
@@ -260,10 +290,7 @@ def choose_target_opset(
     ``model`` is not modified. With ``target_opset``, only the source and that opset are
     evaluated (and :class:`DowngradeError` propagates when it cannot be reached). With
     ``legalize``, each candidate opset also gets a legalized variant (rule 6). ``dims``
-    sizes the symbolic dimensions for the cost estimate
-    (:class:`~onnxscript_ep_passes.ep.dims.DimSizes`: a mapping, a ``--dims`` string, or
-    None for the defaults). With ``measure``, the candidates of rule 8 are run in real
-    sessions on ``table.ep`` and the fastest is chosen.
+    (a mapping, a ``--dims`` string or None) sizes symbolic dimensions; ``measure``: rule 8.
     """
     settings = SearchSettings(DimSizes.of(dims), measure, measure_top, measure_runs)
     return _search(model, table, target_opset, floor, legalize, settings)[0]
@@ -430,47 +457,43 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
         choice, legalized_model, _ = _search(
             model, table, self.target_opset, MIN_TARGET_OPSET, self.legalize, settings
         )
+        if self.table is None and self.ort_version is None and not table.source.startswith("live:"):
+            choice = dataclasses.replace(choice, ort_version_assumed=True)
         modified = False
         if legalized_model is not None:
             adopt(model, legalized_model)
             modified = True
         elif choice.chosen_opset < choice.source_opset:
             modified = run_lowering(model, choice.chosen_opset).modified
-        _log(model, self.ep, table, choice)
+        _log(model, self.ep, choice)
         return EpLoweringResult(model, modified, choice)
 
 
-def _log(model: ir.Model, ep: str, table: KernelTable, choice: EpLoweringChoice) -> None:
+def _log(model: ir.Model, ep: str, choice: EpLoweringChoice) -> None:
     for decision in choice.decisions:  # the nodes left on CPU are warned about below
         level = logging.DEBUG if decision.decision == "cpu" else logging.INFO
         logger.log(level, "'%s' on %s: %s", model.graph.name, ep, decision)
     after = choice.after
-    logger.info(
-        "Model '%s' for %s (ORT %s, %s): opset %d -> %d%s; predicted fallback nodes %d -> %d, "
-        "Memcpy %d -> %d, estimated cost %s -> %s. Track when this workaround can go: %s",
-        model.graph.name,
-        ep,
-        table.ort_version,
-        table.source,
-        choice.source_opset,
-        choice.chosen_opset,
-        f" (legalized: {len(choice.expanded)} nodes expanded)" if choice.legalized else "",
-        len(choice.before.fallback_nodes),
-        len(after.fallback_nodes),
-        choice.before.memcpy,
-        after.memcpy,
-        choice.costs[choice.source_opset],
-        choice.after_cost,
-        ORT_TRACKING_ISSUE,
-    )
+    if choice.changes_model:
+        logger.info(
+            "Model '%s': %s. Track when this workaround can go: %s",
+            model.graph.name,
+            choice.summary(),
+            ORT_TRACKING_ISSUE,
+        )
+    else:  # no tracking link: nothing was worked around
+        logger.info("Model '%s': nothing to do: %s", model.graph.name, choice.summary())
     if after.fallback_nodes:
+        groups = collections.Counter(
+            (n.op_type, n.since_version, n.reason) for n in after.fallback_nodes
+        )
         logger.warning(
             "%d nodes of '%s' are still predicted to fall back to CPU on %s:\n%s",
             len(after.fallback_nodes),
             model.graph.name,
             ep,
             "\n".join(
-                f"  - {n.name or '<unnamed>'} ({n.op_type}-{n.since_version}): {n.reason}"
-                for n in after.fallback_nodes
+                f"  - {count} x {op}-{version}: {reason}"
+                for (op, version, reason), count in groups.most_common()
             ),
         )

@@ -133,12 +133,12 @@ class Flattener:
         env: dict[ir.Value, FlatValue] = {}
         outer = dict(outer_env or {})
         for v in graph.inputs:
-            env[v] = scope.new_value(v.name or "", "input", type_string(v.type))
+            env[v] = scope.new_value(v.name or "", "input", type_string(v.type), ir_value=v)
         for name, v in graph.initializers.items():
             if v in env:  # an initializer that is also a graph input stays an input
                 continue
             env[v] = scope.new_value(
-                name, "initializer", type_string(v.type), _tensor_size(v.const_value)
+                name, "initializer", type_string(v.type), _tensor_size(v.const_value), v
             )
         self._add_nodes(graph, opsets, scope, env, outer, prefix="", fn_scope="", origin=origin)
         for v in graph.outputs:
@@ -162,10 +162,10 @@ class Flattener:
         # (ORT copies a subgraph's implicit inputs itself), unless it is an initializer.
         src = outer.get(v)
         if src is not None and src.kind == "initializer":
-            val = scope.new_value(v.name or "", "initializer", src.dtype, src.size)
+            val = scope.new_value(v.name or "", "initializer", src.dtype, src.size, v)
         else:
             dtype = src.dtype if src is not None else type_string(v.type)
-            val = scope.new_value(v.name or "", "outer", dtype)
+            val = scope.new_value(v.name or "", "outer", dtype, ir_value=v)
         env[v] = val
         return val
 
@@ -195,7 +195,7 @@ class Flattener:
                     if isinstance(attr, ir.Attr) and attr.type == ir.AttributeType.TENSOR:
                         size = _tensor_size(attr.as_tensor())
                     env[out] = scope.new_value(
-                        out.name or "", "initializer", type_string(out.type), size
+                        out.name or "", "initializer", type_string(out.type), size, out
                     )
                 continue
             opset = opsets.get(domain, 1)
@@ -225,7 +225,7 @@ class Flattener:
                 if not out.name:
                     flat.outputs.append(None)
                     continue
-                val = scope.new_value(out.name, "node", type_string(out.type))
+                val = scope.new_value(out.name, "node", type_string(out.type), ir_value=out)
                 val.producer, val.producer_slot = flat, slot
                 env[out] = val
                 flat.outputs.append(val)

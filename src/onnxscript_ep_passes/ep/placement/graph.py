@@ -38,6 +38,7 @@ class FlatValue:
     producer_slot: int = 0
     consumers: list[tuple[FlatNode, int]] = dataclasses.field(default_factory=list)
     is_output: bool = False
+    ir_value: ir.Value | None = None  # the IR value whose data this is
 
 
 @dataclasses.dataclass(eq=False)
@@ -68,9 +69,14 @@ class FlatScope:
     opset: int = 0
 
     def new_value(
-        self, name: str, kind: ValueKind, dtype: str | None, size: int | None = None
+        self,
+        name: str,
+        kind: ValueKind,
+        dtype: str | None,
+        size: int | None = None,
+        ir_value: ir.Value | None = None,
     ) -> FlatValue:
         """A new value of this scope."""
-        value = FlatValue(name=name, kind=kind, dtype=dtype, size=size)
+        value = FlatValue(name=name, kind=kind, dtype=dtype, size=size, ir_value=ir_value)
         self.values.append(value)
         return value

@@ -145,7 +145,7 @@ def _transpose(scope: FlatScope, src: FlatValue, since: int, name: str, role: st
         inserted=True,
     )
     src.consumers.append((t, 0))
-    out = scope.new_value(f"{src.name}_{role}", "node", src.dtype)
+    out = scope.new_value(f"{src.name}_{role}", "node", src.dtype, ir_value=src.ir_value)
     out.producer, out.producer_slot = t, 0
     t.outputs.append(out)
     return t

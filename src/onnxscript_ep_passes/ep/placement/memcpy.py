@@ -36,7 +36,7 @@ def transfers(scope: FlatScope, traits: EpTraits) -> list[Transfer]:
                 host_reads += 1
         if val.kind in ("input", "outer"):
             if device_reads and host_reads:
-                result.append(Transfer(val.name, "MemcpyFromHost", scope.name))
+                result.append(Transfer(val.name, "MemcpyFromHost", scope.name, val.ir_value))
             continue
         producer = val.producer
         assert producer is not None
@@ -44,7 +44,7 @@ def transfers(scope: FlatScope, traits: EpTraits) -> list[Transfer]:
             producer.domain, producer.op_type, val.producer_slot
         )
         if on_device and host_reads:
-            result.append(Transfer(val.name, "MemcpyToHost", scope.name))
+            result.append(Transfer(val.name, "MemcpyToHost", scope.name, val.ir_value))
         elif not on_device and device_reads:
-            result.append(Transfer(val.name, "MemcpyFromHost", scope.name))
+            result.append(Transfer(val.name, "MemcpyFromHost", scope.name, val.ir_value))
     return result

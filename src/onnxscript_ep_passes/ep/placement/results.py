@@ -98,11 +98,16 @@ class NodePlacement:
 
 @dataclasses.dataclass(frozen=True)
 class Transfer:
-    """One predicted Memcpy node: the value copied and the direction."""
+    """One predicted Memcpy node: the value copied and the direction.
+
+    ``ir_value`` is the model's IR value whose data is copied (its type and shape say how
+    many bytes; for the output of a Transpose ORT inserts, the Transpose's input), or None.
+    """
 
     value: str
     direction: Literal["MemcpyFromHost", "MemcpyToHost"]
     scope: str
+    ir_value: ir.Value | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)

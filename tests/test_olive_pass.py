@@ -1,0 +1,71 @@
+"""A real Olive (olive-ai 0.13) workflow runs the pass on a tiny torch export.
+
+The workflow's accelerator spec names the EP (CUDA, ORT 1.24's shipped kernel table: no
+GPU needed, since the workflow evaluates nothing on the target); the output model is
+checked for its opset, the checker, its predicted placement on that EP and its outputs
+against the input's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+
+from onnxscript_ep_passes.ep import get_table, predict_placement
+from tests.harness import run_model
+from tests.torch_models import export_proto, sample_inputs
+
+olive = pytest.importorskip("olive", reason="olive-ai is needed (pip install -e .[olive])")
+
+pytestmark = [
+    pytest.mark.torch,
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+]
+
+
+def _workflow(model: Path, output_dir: Path, cache_dir: Path) -> dict[str, object]:
+    """The workflow of docs/olive.md, pointed at ``model``."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "olive.md").read_text()
+    config = json.loads(text.split("```json\n", 1)[1].split("```", 1)[0])
+    config["input_model"]["model_path"] = str(model)
+    config["output_dir"] = str(output_dir)
+    config["cache_dir"] = str(cache_dir)
+    return config
+
+
+def test_olive_workflow_lowers_for_the_accelerator_spec_ep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from onnxscript_ep_passes.olive_pass import run_workflow
+
+    monkeypatch.setenv("OLIVE_DISABLE_TELEMETRY", "1")
+    source = tmp_path / "cnn24.onnx"
+    onnx.save(export_proto("cnn", 24), source)
+    output_dir = tmp_path / "out"
+    run_workflow(_workflow(source, output_dir, tmp_path / "cache"))
+
+    (lowered_path,) = output_dir.rglob("*.onnx")
+    lowered = onnx.load(lowered_path)
+    assert [o.version for o in lowered.opset_import if o.domain == ""] == [21]
+    onnx.checker.check_model(str(lowered_path), full_check=True)
+    table = get_table("cuda", "1.24")
+    before = predict_placement(ir.load(source), table)
+    after = predict_placement(ir.load(lowered_path), table)
+    assert before.fallback_nodes and before.memcpy  # opset 24: MaxPool-22, Transpose...
+    assert not after.fallback_nodes and after.memcpy == 0
+    feeds = sample_inputs("cnn")
+    expected, _ = run_model(onnx.load(source), feeds)
+    actual, _ = run_model(lowered, feeds)
+    np.testing.assert_allclose(actual[0], expected[0], rtol=1e-5, atol=1e-6)
+    # The verdict travels with the model in Olive's model config.
+    attributes = json.loads((output_dir / "model_config.json").read_text())["config"]
+    assert attributes["model_attributes"]["ep_lowering"].startswith(
+        "opset 24 -> 21 on CUDA (ORT 1.24, snapshot cuda-ort-1.24): Memcpy "
+    )

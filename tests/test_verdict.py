@@ -1,0 +1,75 @@
+"""The verdict line, ``EpLoweringChoice.summary()`` and its short repr (snapshot tables)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import onnx_ir as ir
+
+from onnxscript_ep_passes.ep import get_table
+from onnxscript_ep_passes.passes import LowerOpsetForEpPass, choose_target_opset
+from onnxscript_ep_passes.verdict import ep_display_name, table_label, verdict
+from tests.harness import reshape_chain
+
+
+def _reshapes(opset: int, count: int = 40) -> ir.Model:
+    return ir.from_proto(reshape_chain(opset, count))
+
+
+def test_verdict_words() -> None:
+    assert ep_display_name("WebGpuExecutionProvider") == "WebGPU"
+    assert ep_display_name("DmlExecutionProvider") == "DirectML"
+    assert ep_display_name("QNNExecutionProvider") == "QNN"
+    assert table_label("1.32", "live:get_registered_ep_kernel_defs") == "ORT 1.32, live table"
+    line = verdict(
+        ep="WebGpuExecutionProvider",
+        ort_version="1.32",
+        table_source="live:get_registered_ep_kernel_defs",
+        source_opset=25,
+        chosen_opset=24,
+        memcpy=(376, 4),
+        cpu_nodes=(493, 59),
+    )
+    assert (
+        line
+        == "opset 25 -> 24 on WebGPU (ORT 1.32, live table): Memcpy 376 -> 4, CPU nodes 493 -> 59"
+    )
+    kept = verdict(
+        ep="CUDAExecutionProvider",
+        ort_version="main-2026-09",
+        table_source="snapshot:cuda-ort-main-2026-09.tsv",
+        source_opset=24,
+        chosen_opset=24,
+        memcpy=(2, 0),
+        cpu_nodes=(1, 0),
+        expanded=1,
+        assumed=True,
+        model="m.onnx",
+    )
+    assert kept == (
+        "m.onnx: opset 24 kept (1 node expanded) on CUDA (ORT main-2026-09 assumed, "
+        "snapshot cuda-ort-main-2026-09): Memcpy 2 -> 0, CPU nodes 1 -> 0"
+    )
+
+
+def test_choice_summary_and_short_repr() -> None:
+    model = _reshapes(24)
+    choice = choose_target_opset(model, get_table("cuda", "1.24"))
+    assert choice.summary() == (
+        "opset 24 -> 23 on CUDA (ORT 1.24, snapshot cuda-ort-1.24): "
+        f"Memcpy {choice.before.memcpy} -> 0, CPU nodes 40 -> 0"
+    )
+    assert choice.summary("big.onnx").startswith("big.onnx: opset 24 -> 23 on CUDA")
+    text = repr(choice)
+    assert text.startswith("<EpLoweringChoice opset 24 -> 23 on CUDA") and "40 decisions" in text
+    # The dataclass repr would list every node's prediction: this one stays one short line.
+    assert len(text) < 300 < len(str(dataclasses.asdict(choice)))
+
+
+def test_pass_marks_an_assumed_ort_release() -> None:
+    named = LowerOpsetForEpPass("cuda", "1.24")(_reshapes(24, 2)).choice
+    assert named is not None and not named.ort_version_assumed
+    # CUDA cannot be listed here: a shipped snapshot stands in for the installed ORT.
+    assumed = LowerOpsetForEpPass("cuda")(_reshapes(24, 2)).choice
+    assert assumed is not None and assumed.ort_version_assumed
+    assert " assumed, snapshot cuda-ort-" in assumed.summary()
