@@ -9,6 +9,9 @@ against the input's.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +23,7 @@ from onnxscript_ep_passes.ep import get_table, predict_placement
 from tests.harness import run_model
 from tests.torch_models import export_proto, sample_inputs
 
+os.environ.setdefault("OLIVE_DISABLE_TELEMETRY", "1")  # before Olive is imported
 olive = pytest.importorskip("olive", reason="olive-ai is needed (pip install -e .[olive])")
 
 pytestmark = [
@@ -64,6 +68,15 @@ def test_olive_workflow_lowers_for_the_accelerator_spec_ep(
     expected, _ = run_model(onnx.load(source), feeds)
     actual, _ = run_model(lowered, feeds)
     np.testing.assert_allclose(actual[0], expected[0], rtol=1e-5, atol=1e-6)
+    # The package config written for `olive run --package-config` names this pass's module.
+    written = subprocess.run(
+        [sys.executable, "-m", "onnxscript_ep_passes.olive_pass"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    entry = json.loads(written.stdout)["passes"]["LowerOpsetForEp"]
+    assert entry["module_path"] == "onnxscript_ep_passes.olive_pass.LowerOpsetForEp"
     # The verdict travels with the model in Olive's model config.
     attributes = json.loads((output_dir / "model_config.json").read_text())["config"]
     assert attributes["model_attributes"]["ep_lowering"].startswith(

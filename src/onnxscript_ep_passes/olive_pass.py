@@ -50,6 +50,8 @@ logger = logging.getLogger(__name__)
 PASS_NAME = "LowerOpsetForEp"
 """The pass's ``type`` in a workflow config."""
 
+_MODULE = "onnxscript_ep_passes.olive_pass"  # not __name__: "__main__" under ``python -m``
+
 
 class LowerOpsetForEp(Pass):
     """Lower the ai.onnx opset for the accelerator spec's EP (see the module docstring)."""
@@ -112,7 +114,7 @@ def package_config() -> dict[str, Any]:
     with open(OlivePackageConfig.get_default_config_path()) as f:
         config: dict[str, Any] = json.load(f)
     config.setdefault("passes", {})[PASS_NAME] = {
-        "module_path": f"{__name__}.{LowerOpsetForEp.__name__}",
+        "module_path": f"{_MODULE}.{LowerOpsetForEp.__name__}",
         "supported_providers": ["*"],
         "supported_accelerators": ["*"],
         "supported_precisions": ["*"],
