@@ -28,7 +28,7 @@ one random input.
 
 Usage::
 
-    python benchmarks/bench_cost.py                      # 5k/120M, 20k/480M, 80k/2.2G
+    python benchmarks/bench_cost.py                      # 5k/120M, 20k/480M, 80k/960M
     python benchmarks/bench_cost.py --models 5k:120M --repeats 1 --tools ours,ir_relabel
 
 Results go to ``--results`` (JSON) and a Markdown table is printed.
@@ -37,24 +37,21 @@ Results go to ``--results`` (JSON) and a Markdown table is printed.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
+from benchlib import HERE, environment, fit, gb, machine, measure, write_results
+
 TARGET = 23
 TOOLS = ("ours", "onnx_vc", "ir_relabel")
-DEFAULT_MODELS = "5k:120M,20k:480M,80k:2.2G"
+DEFAULT_MODELS = "5k:120M,20k:480M,80k:960M"
 
 
 # ---------------------------------------------------------------------------------------
@@ -179,7 +176,10 @@ def worker_verify(original: str, lowered: str, ort_check: bool) -> None:
             rng = np.random.default_rng(1234)
             for arg in session.get_inputs():
                 shape = [d if isinstance(d, int) else 2 for d in arg.shape]
-                feeds[arg.name] = rng.standard_normal(shape).astype(np.float32)
+                if arg.type == "tensor(int64)":  # ids, mask, positions: 0, 1, ... per row
+                    feeds[arg.name] = np.broadcast_to(np.arange(shape[-1]), shape).copy()
+                else:
+                    feeds[arg.name] = rng.standard_normal(shape).astype(np.float32)
             outputs.append(session.run(None, feeds))
             del session
         same = all(np.array_equal(a, b) for a, b in zip(*outputs, strict=True))
@@ -195,90 +195,6 @@ def worker_verify(original: str, lowered: str, ort_check: bool) -> None:
 
 # ---------------------------------------------------------------------------------------
 # The parent: run children, measure them.
-
-
-def _read_status(pid: int) -> dict[str, int]:
-    values = {}
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            key, _, rest = line.partition(":")
-            if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
-                values[key] = int(rest.split()[0]) * 1024
-    return values
-
-
-class _Sampler(threading.Thread):
-    def __init__(self, pid: int, period: float = 0.02) -> None:
-        super().__init__(daemon=True)
-        self.pid, self.period = pid, period
-        self.peak: dict[str, int] = {}
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                values = _read_status(self.pid)
-            except (OSError, ValueError):
-                return
-            for key, value in values.items():
-                self.peak[key] = max(self.peak.get(key, 0), value)
-            self.stop.wait(self.period)
-
-
-def _limit_address_space(limit: int | None):
-    if not limit:
-        return None
-
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-    return apply
-
-
-def measure(
-    cmd: list[str], log_dir: Path, tag: str, *, memory_limit: int | None = None
-) -> dict[str, Any]:
-    """Run ``cmd`` in a fresh process; wall time, peak RSS, peak anonymous memory.
-
-    ``memory_limit`` caps the child's address space (``RLIMIT_AS``), so that a tool that
-    would take the whole machine fails with MemoryError instead of meeting the OOM killer.
-    """
-    log_dir.mkdir(parents=True, exist_ok=True)
-    out_path, err_path = log_dir / f"{tag}.out", log_dir / f"{tag}.err"
-    os.sync()  # the previous run's writeback must not land inside this one
-    load_before = os.getloadavg()[0]
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        start = time.perf_counter()
-        proc = subprocess.Popen(
-            cmd, stdout=out, stderr=err, preexec_fn=_limit_address_space(memory_limit)
-        )
-        sampler = _Sampler(proc.pid)
-        sampler.start()
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        sampler.stop.set()
-        sampler.join()
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    result: dict[str, Any] = {
-        "cmd": " ".join(cmd),
-        "rc": proc.returncode,
-        "wall_s": wall,
-        "user_s": usage.ru_utime,
-        "sys_s": usage.ru_stime,
-        "max_rss_bytes": usage.ru_maxrss * 1024,  # Linux reports KiB
-        "minor_faults": usage.ru_minflt,
-        "major_faults": usage.ru_majflt,
-        "peak_anon_bytes": sampler.peak.get("RssAnon"),
-        "peak_file_bytes": sampler.peak.get("RssFile"),
-        "loadavg_1m_before": load_before,
-    }
-    for line in out_path.read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            result.update(json.loads(line))
-    if proc.returncode != 0:
-        lines = [x for x in err_path.read_text(errors="replace").splitlines() if x.strip()]
-        result["error"] = lines[-1][:400] if lines else f"exit status {proc.returncode}"
-    return result
 
 
 def tool_command(tool: str, src: Path, dst: Path) -> list[str]:
@@ -349,39 +265,6 @@ def ensure_model(workdir: Path, spec: str) -> tuple[str, Path, dict[str, Any]]:
     return label, path, info
 
 
-def versions() -> dict[str, str]:
-    found = {"python": platform.python_version()}
-    for name in ("onnx", "onnx_ir", "onnxscript", "onnxruntime", "numpy", "onnxscript_ep_passes"):
-        try:
-            module = __import__(name)
-            found[name] = getattr(module, "__version__", "?")
-        except ImportError:
-            found[name] = "missing"
-    return found
-
-
-def machine() -> dict[str, Any]:
-    mem = 0
-    with open("/proc/meminfo") as meminfo:
-        for line in meminfo:
-            if line.startswith("MemTotal:"):
-                mem = int(line.split()[1]) * 1024
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"cpus": os.cpu_count(), "mem_bytes": mem, "cpu": cpu, "kernel": platform.release()}
-
-
-def _gb(n: float | None) -> str:
-    return "-" if n is None else f"{n / 1e9:.2f} GB"
-
-
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     ok = [r for r in runs if r["rc"] == 0]
     if not ok:
@@ -433,22 +316,34 @@ def table(results: dict[str, Any]) -> str:
                 outcome = f"FAILED after {summary['wall_s']:.1f} s: {summary['error']}"
                 wall, cpu = "-", "-"
             rows.append(
-                f"| {label} | {info['nodes']} | {_gb(int(info['weight_bytes']))} | {tool} | "
-                f"{wall} | {cpu} | {_gb(summary['max_rss_bytes'])} | "
-                f"{_gb(summary['peak_anon_bytes'])} | {speedup} | {outcome} |"
+                f"| {label} | {info['nodes']} | {gb(int(info['weight_bytes']))} | {tool} | "
+                f"{wall} | {cpu} | {gb(summary['max_rss_bytes'])} | "
+                f"{gb(summary['peak_anon_bytes'])} | {speedup} | {outcome} |"
             )
     return "\n".join(rows)
 
 
-def _fit(points: list[tuple[float, float]]) -> tuple[float, float, float]:
-    """Least squares ``y = a + b x``: (a, b, R^2)."""
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
-    intercept = my - slope * mx
-    ss_res = sum((y - intercept - slope * x) ** 2 for x, y in points)
-    ss_tot = sum((y - my) ** 2 for y in ys) or 1.0
-    return intercept, slope, 1 - ss_res / ss_tot
+def targets(results: dict[str, Any], tool: str = "ours") -> str:
+    """Issue 10's targets for the plain lowering, computed from the runs."""
+    lines = [
+        f"| model | `{tool}` wall | `onnx_vc` wall | speed-up (target >= 5x) "
+        "| peak RSS / weight bytes (target <= 0.5) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label, entry in results["models"].items():
+        ours, vc = entry["tools"].get(tool, {}), entry["tools"].get("onnx_vc", {})
+        if not ours.get("ok"):
+            continue
+        weights = int(entry["info"]["weight_bytes"])
+        if vc.get("ok"):
+            vc_wall, speedup = f"{vc['wall_s']:.2f} s", f"{vc['wall_s'] / ours['wall_s']:.1f}x"
+        else:
+            vc_wall, speedup = "failed" if vc else "-", "-"
+        lines.append(
+            f"| {label} | {ours['wall_s']:.2f} s | {vc_wall} | {speedup} "
+            f"| {ours['max_rss_bytes'] / weights:.2f} |"
+        )
+    return "\n".join(lines)
 
 
 def scaling(results: dict[str, Any], tool: str = "ours") -> str:
@@ -474,26 +369,12 @@ def scaling(results: dict[str, Any], tool: str = "ours") -> str:
         same = [p for p in points if abs(p[1] / p[0] - per_node) <= 0.05 * per_node]
         if len({p[0] for p in same}) >= 2:
             for key in ("wall_s", "cpu_s"):
-                a, b, r2 = _fit([(n, s[key]) for n, _, s in same])
+                a, b, r2 = fit([(n, s[key]) for n, _, s in same])
                 lines.append(
                     f"  fit over {len(same)} models at {per_node / 1e3:.1f} kB/node: "
                     f"{key} = {a:.2f} s + {b * 1e6:.1f} us x nodes (R^2 = {r2:.4f})"
                 )
     return "\n".join(lines)
-
-
-def git_state() -> dict[str, str]:
-    def git(*args: str) -> str:
-        try:
-            done = subprocess.run(
-                ["git", *args], cwd=HERE, capture_output=True, text=True, check=True
-            )
-        except (OSError, subprocess.CalledProcessError):
-            return "?"
-        return done.stdout.strip()
-
-    changed = git("status", "--porcelain", "--", ":/src")
-    return {"commit": git("rev-parse", "--short", "HEAD"), "src_changed": changed or "none"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -504,11 +385,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tools", default=",".join(TOOLS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--ort-max-nodes", type=int, default=20_000)
-    parser.add_argument("--results", type=Path, default=Path("/tmp/onnx-bench/results.json"))
+    parser.add_argument("--out-dir", type=Path, default=HERE, help="where results_cost.* go")
     parser.add_argument(
         "--vc-memory-limit",
         type=float,
-        default=0.85,
+        default=0.45,
         help="cap onnx_vc's address space at this fraction of RAM (0: no cap)",
     )
     parser.add_argument(
@@ -533,15 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.write(f"workdir {args.workdir}: {free / 1e9:.1f} GB free\n")
     tools = [t for t in args.tools.split(",") if t]
     memory_limit = int(args.vc_memory_limit * machine()["mem_bytes"]) or None
-    results: dict[str, Any] = {
-        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "machine": machine(),
-        "versions": versions(),
-        "git": git_state(),
-        "target_opset": TARGET,
-        "repeats": args.repeats,
-        "models": {},
-    }
+    results: dict[str, Any] = {"target_opset": TARGET, "repeats": args.repeats, "models": {}}
     python_start = measure(
         [sys.executable, "-c", "import onnxscript_ep_passes.cli, onnx_ir, onnx"],
         args.workdir / "logs",
@@ -567,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
                 state = "ok" if run["rc"] == 0 else f"FAILED ({run.get('error')})"
                 sys.stdout.write(
                     f"{label} {tool} run {i + 1}: {run['wall_s']:.2f} s, "
-                    f"max RSS {_gb(run['max_rss_bytes'])}, anon {_gb(run['peak_anon_bytes'])} "
+                    f"max RSS {gb(run['max_rss_bytes'])}, anon {gb(run['peak_anon_bytes'])} "
                     f"{run.get('phases', '')} {state}\n"
                 )
                 sys.stdout.flush()
@@ -594,15 +467,31 @@ def main(argv: list[str] | None = None) -> int:
                 sys.stdout.write(f"{label} {tool} verify: {entry['verify'][tool]}\n")
             if not args.keep_outputs:
                 remove_model(dst)
-        results["results_table"] = table(results)
-        args.results.write_text(json.dumps(results, indent=1))
-    sys.stdout.write("\n" + table(results) + "\n")
+    text = [table(results), targets(results)]
     for tool in tools:
-        text = scaling(results, tool)
-        results[f"scaling_{tool}"] = text
-        sys.stdout.write("\n" + text + "\n")
-    args.results.write_text(json.dumps(results, indent=1))
+        results[f"scaling_{tool}"] = scaling(results, tool)
+        text.append("```\n" + results[f"scaling_{tool}"] + "\n```")
+    sys.stdout.write("\n\n".join(text) + "\n")
+    used = " ".join(["python benchmarks/bench_cost.py", *(argv or sys.argv[1:])]).strip()
+    write_results(
+        "cost",
+        "benchmarks/bench_cost.py",
+        used,
+        INTRO + "\n\n" + "\n\n".join(text),
+        results,
+        title="Cost: lowering 24 -> 23 end to end, ours vs onnx.version_converter",
+        out_dir=args.out_dir,
+        env=environment(),
+    )
     return 0
+
+
+INTRO = """\
+Median of the runs of each tool, each in a fresh process (load, lower, save with external
+data; `bench_cost.py`'s docstring says what each tool does). `peak RSS` is `ru_maxrss`
+(it counts touched pages of memory-mapped weights), `peak anon` leaves them out.
+`onnx_vc / tool` is how many times faster the tool is than `onnx.version_converter`
+(issue 10's target for `ours`: >= 5x). The machine is shared: see the load average."""
 
 
 if __name__ == "__main__":

@@ -28,23 +28,27 @@ import argparse
 import contextlib
 import dataclasses
 import gc
+import importlib.machinery
 import importlib.metadata
+import importlib.util
 import json
 import logging
 import os
 import sys
+import types
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-
-import onnx_ir as ir
+from typing import TYPE_CHECKING, Any
 
 from onnxscript_ep_passes import __version__
-from onnxscript_ep_passes.ep.dims import parse_dims
 from onnxscript_ep_passes.errors import DowngradeError
-from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass, default_opset
-from onnxscript_ep_passes.model_io import load_model, save_model
-from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringResult, LowerOpsetForEpPass
-from onnxscript_ep_passes.report import choice_report, placement_report, print_report
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+# Start-up is a large part of a run on small models, so each command imports what it
+# needs when it runs: ``lower --target-opset`` never imports onnxruntime, onnxscript or
+# the EP machinery (tests/test_cli.py checks it).
 
 logger = logging.getLogger("onnxscript_ep_passes")
 
@@ -123,25 +127,17 @@ def _lower_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _objective_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--dims",
-        metavar="NAME=SIZE,...",
-        help="sizes of symbolic dimensions for the cost estimate and measured runs "
-        "(default: names with 'batch' 1, 'past' 128, others 128)",
-    )
-    parser.add_argument(
-        "--measure",
-        action="store_true",
-        help="run the best candidates in real ORT sessions on the EP and keep the fastest",
-    )
-    parser.add_argument(
-        "--kernel-table",
-        metavar="FILE",
-        help="the EP's kernels in the snapshot TSV format (for an EP without a shipped table)",
-    )
+    dims_help = "sizes of symbolic dimensions (default: 'batch' 1, 'past' 128, others 128)"
+    parser.add_argument("--dims", metavar="NAME=SIZE,...", help=dims_help)
+    measure_help = "run the best candidates in real ORT sessions on the EP; keep the fastest"
+    parser.add_argument("--measure", action="store_true", help=measure_help)
+    table_help = "the EP's kernels in the snapshot TSV format (an EP without a shipped table)"
+    parser.add_argument("--kernel-table", metavar="FILE", help=table_help)
 
 
 def _model_opset(model: ir.Model) -> int:
+    from onnxscript_ep_passes.lowering.lower_opset import default_opset
+
     opset = default_opset(model.opset_imports)
     if opset is None:
         raise ValueError("the model imports no ai.onnx opset")
@@ -155,43 +151,71 @@ def _lower(args: argparse.Namespace) -> int:
         raise UsageError("--ort-version and --no-legalize need --ep")
     if args.ep is None and (args.report_json or args.measure or args.kernel_table or args.dims):
         raise UsageError("--report-json, --measure, --kernel-table and --dims need --ep")
-    dims = parse_dims(args.dims)
+    from onnxscript_ep_passes.model_io import load_model, save_model
+
     name = Path(args.model).name
+    external = {"auto": None, "always": True, "never": False}[args.external_data]
+    if args.ep is None:
+        fast = _lower_proto(args, external)
+        if fast is not None:
+            _say(args, f"{name}: {fast}")
+            _say(args, f"wrote {args.output}")
+            return 0
     model = load_model(args.model)
     source = _model_opset(model)
     with _stdout_to_stderr():
         if args.ep is None:
             changed, line = _lower_to_opset(model, args.target_opset, source)
         else:
-            changed, line = _lower_for_ep(model, args, dims)
+            changed, line = _lower_for_ep(model, args)
     if not changed:
         _say(args, f"nothing to do: {name}: {line}")
         if not args.write_unchanged:
             return 0
     else:
         _say(args, f"{name}: {line}")
-    external = {"auto": None, "always": True, "never": False}[args.external_data]
     save_model(model, args.output, external_data=external, weights=args.weights)
     _say(args, f"wrote {args.output}")
     return 0
 
 
+def _lower_proto(args: argparse.Namespace, external: bool | None) -> str | None:
+    """Lower and save without building the IR when only labels change (see
+    lowering/proto_fast_path.py); None when the full pass must run."""
+    from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass, default_opset
+    from onnxscript_ep_passes.lowering.proto_fast_path import try_lower_proto
+    from onnxscript_ep_passes.model_io import load_graph_proto, proto_source_file, save_proto
+
+    LowerOpsetPass(args.target_opset)  # rejects a target it does not support
+    proto = load_graph_proto(args.model)
+    source = default_opset({o.domain: o.version for o in proto.opset_import})
+    data = proto_source_file(proto, args.model, external_data=external, weights=args.weights)
+    if data is False or not try_lower_proto(proto, args.target_opset):
+        return None
+    save_proto(proto, args.output, data)
+    return f"opset {source} -> {args.target_opset}"
+
+
 def _lower_to_opset(model: ir.Model, target: int, source: int) -> tuple[bool, str]:
+    from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
+
     if target >= source:
         return False, f"already at opset {source} (target {target})"
     LowerOpsetPass(target)(model)
     return True, f"opset {source} -> {target}"
 
 
-def _lower_for_ep(
-    model: ir.Model, args: argparse.Namespace, dims: dict[str, int]
-) -> tuple[bool, str]:
+def _lower_for_ep(model: ir.Model, args: argparse.Namespace) -> tuple[bool, str]:
+    from onnxscript_ep_passes.ep.dims import parse_dims
+    from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringResult, LowerOpsetForEpPass
+    from onnxscript_ep_passes.report import choice_report
+
     lowering = LowerOpsetForEpPass(
         args.ep,
         args.ort_version,
         args.target_opset,
         legalize=not args.no_legalize,
-        dims=dims,
+        dims=parse_dims(args.dims),
         measure=args.measure,
         kernel_table=args.kernel_table,
     )
@@ -240,6 +264,10 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
 def _report(args: argparse.Namespace) -> int:
     if args.json and args.all:
         raise UsageError("--all applies to the text report; --json always holds every node")
+    from onnxscript_ep_passes.ep.dims import parse_dims
+    from onnxscript_ep_passes.model_io import load_model
+    from onnxscript_ep_passes.report import placement_report, print_report
+
     model = load_model(args.model)
     with _stdout_to_stderr():
         result = placement_report(
@@ -404,8 +432,50 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
+class _DeferredModule(types.ModuleType):
+    """Stands in ``sys.modules`` for a module until an attribute of it is first read."""
+
+    def __getattr__(self, attr: str) -> Any:
+        name = self.__name__
+        if sys.modules.get(name) is self:
+            del sys.modules[name]
+        real = importlib.import_module(name)
+        self.__dict__.update(real.__dict__)  # later reads skip this method
+        return getattr(real, attr)
+
+
+def _defer_sympy() -> None:
+    """Import sympy on first use, not at start-up.
+
+    onnx-ir imports sympy at its top (about 0.3 s, a third of a small model's run) but
+    needs it only for arithmetic on symbolic dims, which no command here does. Until an
+    attribute of it is read, ``sys.modules["sympy"]`` holds a stand-in; the first read
+    imports the real module, so code that uses sympy gets it. Nothing changes when sympy
+    is already imported or not installed.
+    """
+    if "sympy" in sys.modules:
+        return
+    # onnx_ir._symbolic_shapes reads sympy attributes at import time: defer it too.
+    # Its spec is looked up without importing onnx_ir (which would import sympy).
+    onnx_ir = importlib.util.find_spec("onnx_ir")
+    specs = {
+        "sympy": importlib.util.find_spec("sympy"),
+        "onnx_ir._symbolic_shapes": importlib.machinery.PathFinder.find_spec(
+            "onnx_ir._symbolic_shapes", onnx_ir.submodule_search_locations
+        )
+        if onnx_ir is not None and "onnx_ir" not in sys.modules
+        else None,
+    }
+    for name, spec in specs.items():
+        if spec is not None:
+            stand_in = _DeferredModule(name)
+            stand_in.__spec__ = spec
+            sys.modules[name] = stand_in
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
+    _defer_sympy()
     parser = build_parser()
     args = parser.parse_args(argv)
     _configure_logging(args.verbose, args.quiet)

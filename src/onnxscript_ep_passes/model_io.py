@@ -21,6 +21,7 @@ from __future__ import annotations
 __all__ = ["WeightsMode", "has_external_data", "load_model", "save_model"]
 
 import logging
+import math
 import os
 import shutil
 from collections.abc import Iterator
@@ -93,8 +94,11 @@ def _clone_or_copy(source: Path, target: Path) -> None:
 
 
 def _save_with_copied_file(model: ir.Model, out: Path, source: Path) -> None:
+    _write_with_copied_file(ir.serde.serialize_model(model), out, source)
+
+
+def _write_with_copied_file(proto: onnx.ModelProto, out: Path, source: Path) -> None:
     data_name = out.name + ".data"
-    proto = ir.serde.serialize_model(model)
     location = {"location": data_name}
     for graph in iter_graphs(proto.graph):
         for tensor in graph.initializer:
@@ -144,3 +148,85 @@ def save_model(
         )
     logger.debug("saving %s with external data %s", out, data_path.name)
     ir.save(model, out, external_data=data_path.name)
+
+
+# -- the graph proto alone (the plain lowering's fast path) ------------------------------
+
+
+def load_graph_proto(path: str | os.PathLike[str]) -> onnx.ModelProto:
+    """``path``'s proto with its external tensors left as references (nothing read)."""
+    return onnx.load(path, load_external_data=False)
+
+
+def _external_location(tensor: onnx.TensorProto) -> str | None:
+    for entry in tensor.external_data:
+        if entry.key == "location":
+            return entry.value
+    return None
+
+
+def _nbytes(tensor: onnx.TensorProto) -> float:
+    """The tensor's data bytes, as ``ir.TensorProtocol.nbytes`` counts them."""
+    try:
+        itemsize = ir.DataType(tensor.data_type).itemsize
+    except ValueError:
+        return tensor.ByteSize()
+    if tensor.data_type == onnx.TensorProto.STRING:
+        return tensor.ByteSize()
+    return math.prod(tensor.dims) * itemsize
+
+
+def proto_source_file(
+    proto: onnx.ModelProto,
+    model_path: str | os.PathLike[str],
+    *,
+    external_data: bool | None = None,
+    weights: WeightsMode = "copy_file",
+) -> Path | Literal[False] | None:
+    """How :func:`save_proto` would save ``proto`` as :func:`save_model` saves its IR.
+
+    The one data file to copy (a plain file inside the model's directory), None when the
+    model has no external data and stays inline, False when only :func:`save_model` can
+    save it (several data files, large inline weights, ``weights="rewrite"``, a location
+    that is absolute, leaves the directory or is a link: ``load_model`` judges those).
+    """
+    if weights != "copy_file":
+        return False
+    tensors = [t for g in iter_graphs(proto.graph) for t in g.initializer]
+    external = [t for t in tensors if t.data_location == onnx.TensorProto.EXTERNAL]
+    if not external:
+        inline = sum(t.ByteSize() for t in tensors)
+        if external_data or (external_data is None and inline > _INLINE_WEIGHTS_LIMIT):
+            return False
+        return None
+    large_inline = any(
+        _nbytes(t) > _INLINE_TENSOR_LIMIT
+        for t in tensors
+        if t.data_location != onnx.TensorProto.EXTERNAL
+    )
+    if external_data is False or large_inline:
+        return False
+    locations = {_external_location(t) for t in external}
+    if len(locations) != 1:
+        return False
+    (location,) = locations
+    if not location or Path(location).is_absolute() or ".." in Path(location).parts:
+        return False
+    directory = Path(model_path).parent
+    source = directory / location
+    if source.is_symlink() or not source.is_file():
+        return False
+    if source.resolve().parent != directory.resolve():
+        return False
+    return source
+
+
+def save_proto(proto: onnx.ModelProto, out: str | os.PathLike[str], source: Path | None) -> None:
+    """Write ``proto`` to ``out``; its external data (``source``) copied whole to
+    ``OUT.data`` (see :func:`proto_source_file`)."""
+    out = Path(out)
+    if source is None:
+        out.write_bytes(proto.SerializeToString())
+        return
+    logger.debug("saving %s; weights copied whole from %s", out, source)
+    _write_with_copied_file(proto, out, source)

@@ -57,7 +57,7 @@ def test_info_and_warning_logs(caplog: pytest.LogCaptureFixture) -> None:
     for needle in (
         "opset 24 -> 23",
         "'test_graph'",
-        "CUDAExecutionProvider",
+        "on CUDA",  # the one INFO line (per-node decisions are DEBUG)
         "1.24",
         ORT_TRACKING_ISSUE,
     ):
@@ -127,3 +127,29 @@ def test_outputs_unchanged_after_lowering_for_dml() -> None:
     expected, _ = run_model(original, {"x": x})
     actual, _ = run_model(ir.to_proto(model), {"x": x})
     np.testing.assert_array_equal(actual[0], expected[0])
+
+
+def test_one_info_line_per_run_and_a_summarised_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # 30 Relu nodes the EP has no kernel for, behind a Reshape/Transpose that lowering fixes.
+    relus = [
+        oh.make_node("Relu", [f"y{i}" if i else "y"], [f"y{i + 1}"], name=f"relu{i}")
+        for i in range(30)
+    ]
+    model = _reshape_transpose(24, extra=None)
+    proto = ir.to_proto(model)
+    proto.graph.node.extend(relus)
+    proto.graph.output[0].name = "y30"
+    model = ir.from_proto(proto)
+    table = _table(Reshape=[(23, None)], Transpose=[(23, None)])
+    with caplog.at_level(logging.DEBUG, logger="onnxscript_ep_passes"):
+        LowerOpsetForEpPass("cuda", table=table)(model)
+    assert model.opset_imports[""] == 23
+    info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert len(info) == 1 and "opset 24 -> 23" in info[0], info
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "31 nodes" in warning and "31 x Relu-14" in warning, warning
+    assert len(warning.splitlines()) == 2, warning
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert any("relu29" in m for m in debug)  # each node is still there with -v

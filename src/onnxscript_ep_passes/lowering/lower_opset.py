@@ -38,6 +38,7 @@ __all__ = [
     "LoweringResult",
     "default_opset",
     "lower_opset",
+    "lowered_ir_version",
     "max_ir_version_for_opset",
     "run_lowering",
 ]
@@ -45,7 +46,7 @@ __all__ = [
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar, overload
 
 import onnx
@@ -75,7 +76,7 @@ def max_ir_version_for_opset(opset: int) -> int:
     return max(versions)
 
 
-def default_opset(opsets: dict[str, int]) -> int | None:
+def default_opset(opsets: Mapping[str, int]) -> int | None:
     for domain in schemas.DEFAULT_DOMAINS:
         if domain in opsets:
             return opsets[domain]
@@ -361,18 +362,22 @@ def _relabel(model: ir.Model, target: int) -> None:
         for node in ir.traversal.RecursiveGraphIterator(graph):
             if node.version is not None and schemas.is_default_domain(node.domain):
                 node.version = None
-    main = default_opset(model.opset_imports)
-    if main is not None:
-        # Not below what the other imported domains (ai.onnx.ml ...) need.
-        others = [
-            onnx.helper.make_opsetid(domain, version)
-            for domain, version in model.opset_imports.items()
-            if not schemas.is_default_domain(domain)
-        ]
-        floor = onnx.helper.find_min_ir_version_for(others, ignore_unknown=True) if others else 0
-        limit = max(max_ir_version_for_opset(main), floor)
-        if model.ir_version > limit:
-            model.ir_version = limit
+    model.ir_version = lowered_ir_version(model.opset_imports, model.ir_version)
+
+
+def lowered_ir_version(opset_imports: Mapping[str, int], ir_version: int) -> int:
+    """``ir_version`` capped at the highest IR version the ai.onnx opset allows, but not
+    below what the other imported domains (ai.onnx.ml ...) need (rule 5)."""
+    main = default_opset(opset_imports)
+    if main is None:
+        return ir_version
+    others = [
+        onnx.helper.make_opsetid(domain, version)
+        for domain, version in opset_imports.items()
+        if not schemas.is_default_domain(domain)
+    ]
+    floor = onnx.helper.find_min_ir_version_for(others, ignore_unknown=True) if others else 0
+    return min(ir_version, max(max_ir_version_for_opset(main), floor))
 
 
 @dataclasses.dataclass

@@ -69,6 +69,7 @@ from onnxscript_ep_passes.lowering.context import NodeRefusedError
 from onnxscript_ep_passes.lowering.expansion import expand_node, function_body_version
 from onnxscript_ep_passes.lowering.lower_opset import default_opset
 from onnxscript_ep_passes.passes.static_shapes import fold_static_shapes
+from onnxscript_ep_passes.progress import track
 
 logger = logging.getLogger(__name__)
 
@@ -200,7 +201,8 @@ class _Search:
             if not groups:
                 break
             progress = False
-            for op_type, nodes in groups.items():
+            trials = track(groups.items(), f"legalize at opset {self.opset}", len(groups))
+            for op_type, nodes in trials:
                 self.tried.update(nodes)
                 accepted, current = self._try_group(nodes, current)
                 self.expanded.extend(accepted)
@@ -313,8 +315,8 @@ def legalize(
     after_cost = placement_cost(after, model, sizes) if search.expanded else before_cost
     gain = f"predicted {before_cost} -> {after_cost}"
     decisions = _decisions(before, gain, search, opset)
-    if search.expanded:
-        logger.info(
+    if search.expanded:  # one of many trials in an EP search: the EP pass logs the summary
+        logger.debug(
             "Legalized '%s' for %s at opset %d: expanded %d nodes (%s); predicted %s -> %s",
             model.graph.name,
             table.ep,
@@ -421,4 +423,11 @@ class LegalizeForEpPass(ir.passes.InPlacePass):
             return LegalizeForEpResult(model, False)
         table = self.table if self.table is not None else get_table(self.ep, self.ort_version)
         result = legalize(model, table, dims=self.dims)
+        logger.info(
+            "Legalized '%s' for %s at opset %d: %d nodes expanded",
+            model.graph.name,
+            table.ep,
+            result.opset,
+            len(result.expanded),
+        )
         return LegalizeForEpResult(model, result.modified, result)

@@ -19,8 +19,10 @@ Rules the pass follows:
    (fewer rewrites). Node counts are reported, never compared.
 4. An explicit ``target_opset`` overrides the choice (and is refused as usual when the
    model cannot reach it).
-5. It logs at INFO the original and chosen opset, the model name, the EP, the ORT version
-   and the ORT tracking issue, and at WARNING every node still predicted to fall back.
+5. It logs one INFO line per run (the choice's summary and, when the model changes, the
+   ORT tracking issue) and one WARNING counting the nodes still predicted to fall back,
+   per op, version and reason. Per-node lines (decisions) are DEBUG. On a terminal, a
+   progress bar runs over the candidate opsets and legalization trials.
 6. **Legalization** (``legalize=True``, the default): no opset choice helps a node whose op
    the EP has no kernel for at any version. So each candidate opset also gets a legalized
    variant (:mod:`.legalize`): a copy of the working copy at that opset, whose nodes built
@@ -36,8 +38,7 @@ Rules the pass follows:
    moved into the model object). Each node that falls back at the source opset or at the
    chosen one gets a :class:`~onnxscript_ep_passes.passes.legalize.LegalizationDecision`
    (``lower``, ``expand`` or ``cpu``, with the reason) in
-   :attr:`EpLoweringChoice.decisions`, logged at INFO (``cpu`` ones at DEBUG: the WARNING
-   of rule 5 lists them).
+   :attr:`EpLoweringChoice.decisions`, logged at DEBUG (rule 5 counts them at INFO).
 7. Nodes of the copies are related to the model's by structure when a copy is made
    (:mod:`~onnxscript_ep_passes._copies`), never by name. The pass's result is an
    :class:`EpLoweringResult` holding the choice.
@@ -94,6 +95,7 @@ from onnxscript_ep_passes.passes.candidates import (
     measure_candidates,
 )
 from onnxscript_ep_passes.passes.legalize import LegalizationDecision
+from onnxscript_ep_passes.progress import track
 from onnxscript_ep_passes.verdict import verdict
 
 logger = logging.getLogger(__name__)
@@ -230,7 +232,8 @@ def _search(
     elif not _wholly_on_ep(source_plain.prediction):
         work, origin = copy_with_origins(model)
         state = WorkState(origin)
-        for opset in range(source - 1, floor - 1, -1):
+        opsets = range(source - 1, floor - 1, -1)
+        for opset in track(opsets, f"{table.ep}: candidate opsets"):
             try:
                 plain = search.lower_and_predict(work, opset, state)
             except DowngradeError as error:
@@ -289,9 +292,8 @@ def choose_target_opset(
 
     ``model`` is not modified. With ``target_opset``, only the source and that opset are
     evaluated (and :class:`DowngradeError` propagates when it cannot be reached). With
-    ``legalize``, each candidate opset also gets a legalized variant (rule 6). ``dims``
-    (a mapping, a ``--dims`` string or None) sizes symbolic dimensions; ``measure``: rule 8.
-    """
+    ``legalize``, each candidate opset also gets a legalized variant (rule 6); ``dims``
+    sizes symbolic dimensions (:class:`DimSizes`); ``measure``: rule 8."""
     settings = SearchSettings(DimSizes.of(dims), measure, measure_top, measure_runs)
     return _search(model, table, target_opset, floor, legalize, settings)[0]
 
@@ -470,9 +472,8 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
 
 
 def _log(model: ir.Model, ep: str, choice: EpLoweringChoice) -> None:
-    for decision in choice.decisions:  # the nodes left on CPU are warned about below
-        level = logging.DEBUG if decision.decision == "cpu" else logging.INFO
-        logger.log(level, "'%s' on %s: %s", model.graph.name, ep, decision)
+    for decision in choice.decisions:  # one line per node: DEBUG (rule 5)
+        logger.debug("'%s' on %s: %s", model.graph.name, ep, decision)
     after = choice.after
     if choice.changes_model:
         logger.info(

@@ -1,0 +1,240 @@
+"""Lower a ``ModelProto`` without building the IR, when only the opset label must change.
+
+Most nodes of a real export do not change when the opset drops by one or two: their op
+did not change, or the change was only to the types the schema allows (a derived "type
+rule" of the registry) and the node's actual types are allowed below. For such a model
+the exact lowering is the opset import and ``ir_version`` rewritten, nothing else; the
+full pass (:class:`~.lower_opset.LowerOpsetPass`) would deserialize every node into
+onnx-ir, find nothing to rewrite, and serialize them again, which is most of the time
+of a plain lowering.
+
+Rules:
+
+1. :func:`try_lower_proto` answers True and rewrites ``proto`` only when every
+   default-domain node of the main graph steps down to the target through the
+   registry's rules (the same lookup as the full pass) of two kinds:
+
+   - derived type rules, each checked on the types the proto declares (graph inputs,
+     outputs, ``value_info``, initializers): the same check on the same types;
+   - hand-written adapters (Cast-24 drops ``round_mode``, Attention-24 without
+     ``nonpad_kv_seqlen`` keeps the node ...), run as they are on an IR copy of that one
+     node, its values carrying their declared types and shapes (no constant values, every
+     output counted as used: the adapter can only be more cautious than in the model);
+     accepted only when the adapter built nothing, replaced nothing and at most removed
+     attributes or trailing empty inputs, which are then removed from the proto node.
+2. Anything else leaves ``proto`` untouched and answers False, so that the caller runs
+   the full pass: model-local functions, subgraphs (If/Loop/Scan), a type only shape
+   inference could tell, a step with a hand-written adapter, a node that would be
+   refused (the full pass lists the refusals), a model already at the target.
+3. The opset import and ``ir_version`` are rewritten by the rule the full pass uses
+   (:func:`~.lower_opset.lowered_ir_version`).
+"""
+
+from __future__ import annotations
+
+__all__ = ["try_lower_proto"]
+
+import logging
+
+import onnx
+import onnx_ir as ir
+
+from onnxscript_ep_passes._onnx import type_string
+from onnxscript_ep_passes.lowering import schemas
+from onnxscript_ep_passes.lowering.context import DowngradeContext, NodeNames, NodeRefusedError
+from onnxscript_ep_passes.lowering.lower_opset import (
+    ORT_TRACKING_ISSUE,
+    default_opset,
+    lowered_ir_version,
+)
+from onnxscript_ep_passes.lowering.registry import DEFAULT_REGISTRY, AdapterEntry, AdapterRegistry
+from onnxscript_ep_passes.lowering.types import TypeOracle
+
+logger = logging.getLogger(__name__)
+
+_SUBGRAPH_ATTRIBUTES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+
+
+class _Declared:
+    """The types the proto declares, by value name (a conflicting name counts as unknown)."""
+
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        self.protos: dict[str, onnx.TypeProto | None] = {}
+        for info in (*graph.input, *graph.output, *graph.value_info):
+            self._declare(info.name, info.type)
+        for tensor in graph.initializer:
+            type_ = onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
+            self._declare(tensor.name, type_)
+        self._strings: dict[str, str | None] = {}
+
+    def _declare(self, name: str, type_: onnx.TypeProto) -> None:
+        if name in self.protos and self.protos[name] != type_:
+            self.protos[name] = None  # declared twice, differently: the full pass decides
+        else:
+            self.protos[name] = type_
+
+    def type_string(self, name: str) -> str | None:
+        if name not in self._strings:
+            proto = self.protos.get(name)
+            self._strings[name] = type_string(
+                None if proto is None else ir.serde.deserialize_type_proto_for_type(proto)
+            )
+        return self._strings[name]
+
+    def value(self, name: str) -> ir.Value:
+        proto = self.protos.get(name)
+        if proto is None:
+            return ir.Value(name=name)
+        return ir.Value(
+            name=name,
+            type=ir.serde.deserialize_type_proto_for_type(proto),
+            shape=ir.serde.deserialize_type_proto_for_shape(proto),
+        )
+
+
+def _types_allowed(node: onnx.NodeProto, version: int, declared: _Declared) -> bool:
+    """The derived type rule of step ``version``, on the declared types."""
+    for check in schemas.type_checks(node.op_type, version, node.domain):
+        names = node.input if check.kind == "input" else node.output
+        stop = len(names) if check.variadic else check.index + 1
+        for index in range(check.index, min(stop, len(names))):
+            name = names[index]
+            if name and declared.type_string(name) not in check.old_allowed:
+                return False
+    return True
+
+
+def _adapter_alone(
+    node_proto: onnx.NodeProto,
+    entry: AdapterEntry,
+    steps: tuple[int, int | None, int],
+    declared: _Declared,
+) -> bool:
+    """Run a hand-written adapter on an IR copy of the node alone (rule 1)."""
+    version, previous, target = steps
+    values: dict[str, ir.Value] = {}
+    inputs = [
+        values.setdefault(name, declared.value(name)) if name else None for name in node_proto.input
+    ]
+    node = ir.Node(
+        node_proto.domain,
+        node_proto.op_type,
+        inputs,
+        attributes=[ir.serde.deserialize_attribute(a) for a in node_proto.attribute],
+        outputs=[declared.value(name) for name in node_proto.output],
+        name=node_proto.name,
+    )
+    graph = ir.Graph(
+        list(values.values()),
+        [v for v in node.outputs if v.name],
+        nodes=[node],
+        opset_imports={"": version},
+    )
+    model = ir.Model(graph, ir_version=10)
+    before = dict(node.attributes)
+    inputs_before = tuple(node.inputs)
+    ctx = DowngradeContext(node, version, previous, target, TypeOracle(model), NodeNames(model))
+    try:
+        result = entry.adapter(node, ctx)
+    except NodeRefusedError:
+        return False
+    if result is not None or ctx.built:
+        return False
+    after = dict(node.attributes)
+    if any(before.get(name) is not attr for name, attr in after.items()):
+        return False  # an attribute was added or replaced: the full pass does that
+    kept_inputs = tuple(node.inputs)
+    if kept_inputs != inputs_before[: len(kept_inputs)] or any(
+        v is not None for v in inputs_before[len(kept_inputs) :]
+    ):
+        return False  # inputs rewired: the full pass does that
+    if len(after) != len(before):
+        kept = [a for a in node_proto.attribute if a.name in after]
+        del node_proto.attribute[:]
+        node_proto.attribute.extend(kept)
+    del node_proto.input[len(kept_inputs) :]
+    return True
+
+
+def _node_steps_down(
+    node: onnx.NodeProto,
+    source: int,
+    target: int,
+    declared: _Declared,
+    registry: AdapterRegistry,
+) -> onnx.NodeProto | bool:
+    """False when the full pass must run; else True, or the node as the adapters left
+    it (a copy: the proto changes only once every node succeeded)."""
+    start = schemas.since_version(node.op_type, source, node.domain)
+    if start is None:
+        return False
+    work = node
+    version = start
+    while version > target:
+        entry = registry.lookup(node.domain, node.op_type, version)
+        previous = schemas.since_version(node.op_type, version - 1, node.domain)
+        if entry is None or previous is None:
+            return False
+        if entry.derived:
+            if not _types_allowed(work, version, declared):
+                return False
+        else:
+            if work is node:
+                work = onnx.NodeProto()
+                work.CopyFrom(node)
+            if not _adapter_alone(work, entry, (version, previous, target), declared):
+                return False
+        version = previous
+    return True if work is node or work == node else work
+
+
+def try_lower_proto(
+    proto: onnx.ModelProto, target: int, *, registry: AdapterRegistry | None = None
+) -> bool:
+    """Lower ``proto`` to ``target`` in place if only its labels change (module rules)."""
+    registry = registry or DEFAULT_REGISTRY
+    from onnxscript_ep_passes.lowering import adapters  # noqa: F401 - registers them
+
+    opsets = {o.domain: o.version for o in proto.opset_import}
+    source = default_opset(opsets)
+    if source is None or source <= target or len(proto.functions):
+        return False
+    graph = proto.graph
+    declared = _Declared(graph)
+    steps: dict[tuple[str, str], bool] = {}  # (domain, op) -> unchanged at the target
+    edited: list[tuple[onnx.NodeProto, onnx.NodeProto]] = []
+    for node in graph.node:
+        if any(a.type in _SUBGRAPH_ATTRIBUTES for a in node.attribute):
+            return False
+        if not schemas.is_default_domain(node.domain):
+            continue
+        key = (node.domain, node.op_type)
+        if key not in steps:
+            start = schemas.since_version(node.op_type, source, node.domain)
+            unchanged = start is not None and start <= target
+            steps[key] = unchanged
+        if steps[key]:
+            continue
+        stepped = _node_steps_down(node, source, target, declared, registry)
+        if stepped is False:
+            return False
+        if isinstance(stepped, onnx.NodeProto):
+            edited.append((node, stepped))
+    for node, stepped in edited:
+        node.CopyFrom(stepped)
+    for opset in proto.opset_import:
+        if schemas.is_default_domain(opset.domain):
+            opset.version = target
+    proto.ir_version = lowered_ir_version(
+        {o.domain: o.version for o in proto.opset_import}, proto.ir_version
+    )
+    logger.info(
+        "Lowered model '%s' from opset %s to %d (%d nodes rewritten). "
+        "Track when this workaround can go: %s",
+        graph.name,
+        source,
+        target,
+        len(edited),
+        ORT_TRACKING_ISSUE,
+    )
+    return True

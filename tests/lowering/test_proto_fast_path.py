@@ -1,0 +1,160 @@
+"""try_lower_proto: the same model as the full pass when only labels change; the proto
+untouched (and False) whenever the full pass must decide."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto
+
+from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
+from onnxscript_ep_passes.lowering.proto_fast_path import try_lower_proto
+from tests.harness import make_model, run_model, tensor_info
+
+F, F16, I64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64
+
+
+def _model(
+    *, value_info: bool = True, extra: list[onnx.NodeProto] | None = None
+) -> onnx.ModelProto:
+    nodes = [
+        oh.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+        oh.make_node("Transpose", ["r"], ["t"], name="transpose", perm=[1, 0]),
+        # Cast-24 with round_mode: its hand-written adapter drops the attribute.
+        oh.make_node("Cast", ["t"], ["h"], name="to_half", to=F16, round_mode="up"),
+        oh.make_node("Cast", ["h"], ["c"], name="to_float", to=F),
+        oh.make_node("Relu", ["c"], ["y"], name="relu"),
+        *(extra or []),
+    ]
+    model = make_model(
+        nodes,
+        [tensor_info("x", F, [2, 6])],
+        [tensor_info("y", F, [6, 2])],
+        24,
+        initializers=[oh.make_tensor("shape", I64, [2], [2, 6])],
+    )
+    if value_info:
+        model.graph.value_info.extend(
+            [
+                tensor_info("r", F, [2, 6]),
+                tensor_info("t", F, [6, 2]),
+                tensor_info("h", F16, [6, 2]),
+                tensor_info("c", F, [6, 2]),
+            ]
+        )
+    return model
+
+
+def _full_pass(proto: onnx.ModelProto, target: int) -> onnx.ModelProto:
+    model = ir.from_proto(proto)
+    LowerOpsetPass(target)(model)
+    return ir.to_proto(model)
+
+
+def _nodes(proto: onnx.ModelProto) -> list[tuple[object, ...]]:
+    return [
+        (n.op_type, n.name, list(n.input), list(n.output), sorted(a.name for a in n.attribute))
+        for n in proto.graph.node
+    ]
+
+
+@pytest.mark.parametrize("target", [23, 21, 19])
+def test_same_model_as_the_full_pass(target: int) -> None:
+    proto = _model()
+    expected = _full_pass(proto, target)
+    fast = onnx.ModelProto()
+    fast.CopyFrom(proto)
+    assert try_lower_proto(fast, target)
+    assert _nodes(fast) == _nodes(expected)
+    assert [(o.domain, o.version) for o in fast.opset_import] == [("", target)]
+    assert fast.ir_version == expected.ir_version
+    onnx.checker.check_model(fast, full_check=True)
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 6)).astype(np.float32)}
+    np.testing.assert_array_equal(run_model(proto, feeds)[0], run_model(fast, feeds)[0])
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "undeclared type",  # the full pass infers it
+        "refused",  # Cast to float8e8m0: the full pass lists the refusal
+        "rewrite",  # Swish-24: a hand-written expansion
+        "subgraph",
+        "function",
+        "at target",
+    ],
+)
+def test_full_pass_cases_leave_the_proto_untouched(case: str) -> None:
+    extra: list[onnx.NodeProto] = []
+    if case == "refused":
+        extra = [oh.make_node("Cast", ["y"], ["z"], name="e8m0", to=TensorProto.FLOAT8E8M0)]
+    elif case == "rewrite":
+        extra = [oh.make_node("Swish", ["y"], ["z"], name="swish")]
+    elif case == "subgraph":
+        branch = oh.make_graph(
+            [oh.make_node("Identity", ["y"], ["b"])], "b", [], [tensor_info("b", F, [6, 2])]
+        )
+        extra = [oh.make_node("If", ["cond"], ["z"], then_branch=branch, else_branch=branch)]
+    proto = _model(value_info=case != "undeclared type", extra=extra)
+    if case == "function":
+        proto.functions.append(
+            oh.make_function(
+                "local",
+                "f",
+                ["a"],
+                ["b"],
+                [oh.make_node("Relu", ["a"], ["b"])],
+                [oh.make_opsetid("", 24)],
+            )
+        )
+    before = proto.SerializeToString()
+    target = 24 if case == "at target" else 23
+    assert not try_lower_proto(proto, target)
+    assert proto.SerializeToString() == before
+
+
+def test_attention_24_without_nonpad_kv_seqlen_keeps_its_node() -> None:
+    """A hand-written rewrite adapter that leaves the node as it is takes the fast path."""
+    dims = ["batch", 2, "seq", 4]
+    mask = ["batch", 1, "seq", "seq"]
+    proto = make_model(
+        [oh.make_node("Attention", ["q", "k", "v", "mask"], ["y"], name="attention")],
+        [tensor_info(n, F, dims) for n in "qkv"] + [tensor_info("mask", F, mask)],
+        [tensor_info("y", F, dims)],
+        24,
+    )
+    expected = _full_pass(proto, 23)
+    assert try_lower_proto(proto, 23)
+    assert _nodes(proto) == _nodes(expected)
+    onnx.checker.check_model(proto, full_check=True)
+
+
+def test_agrees_with_the_full_pass_on_every_step() -> None:
+    """Differential check over the registry: for the realistic models of each step (types
+    inferred and declared), whenever the fast path answers True the full pass gives the
+    same nodes, opset and IR version; when it answers False the proto is untouched."""
+    from onnxscript_ep_passes.lowering.registry import DEFAULT_REGISTRY
+    from tests.lowering.backend_cases import benign_models
+    from tests.lowering.test_type_rules import ONE_STEP_CASES  # the same, cached, models
+
+    fast_count = 0
+    for entry in DEFAULT_REGISTRY.entries(18, 28):
+        steps = (entry.op_type, entry.version, entry.version - 1, ONE_STEP_CASES)
+        for case in benign_models(*steps):
+            model = onnx.shape_inference.infer_shapes(case.model)
+            fast = onnx.ModelProto()
+            fast.CopyFrom(model)
+            if not try_lower_proto(fast, entry.version - 1):
+                assert fast == model, entry
+                continue
+            fast_count += 1
+            expected = _full_pass(model, entry.version - 1)
+            assert _nodes(fast) == _nodes(expected), entry
+            assert [n.attribute for n in fast.graph.node] == [
+                n.attribute for n in expected.graph.node
+            ], entry
+            assert fast.ir_version == expected.ir_version, entry
+    assert fast_count > 100  # the fast path is the common case

@@ -1,0 +1,66 @@
+"""Smoke test of the benchmark scripts at a tiny size (the benchmarks themselves are not
+run in CI): the decoder generator makes a valid model that lowers exactly, and
+bench_scale writes its results files with the commit and date, raw data beside them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from onnxscript_ep_passes.cli import main as cli
+from tests.harness import run_model
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture(autouse=True)
+def _benchmarks_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+
+
+def _feeds(batch: int, seq: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    mask = np.ones((batch, seq), np.int64)
+    mask[1, seq - 2 :] = 0  # padding in the second row
+    return {
+        "input_ids": rng.integers(0, 256, (batch, seq)).astype(np.int64),
+        "attention_mask": mask,
+        "position_ids": np.broadcast_to(np.arange(seq), (batch, seq)).astype(np.int64),
+    }
+
+
+def test_decoder_generator_lowers_exactly(tmp_path: Path) -> None:
+    import make_decoder
+
+    src, dst = tmp_path / "decoder.onnx", tmp_path / "lowered.onnx"
+    info = make_decoder.build(src, 120, 400_000)
+    assert info["nodes"] == make_decoder.NODES_ONCE + 3 * make_decoder.NODES_PER_BLOCK
+    original = onnx.load(src)
+    ops = {(n.op_type) for n in original.graph.node}
+    assert {"Attention", "RMSNormalization", "RotaryEmbedding", "Shape", "Reshape"} <= ops
+    assert cli(["-q", "lower", str(src), "-o", str(dst), "--target-opset", "23"]) == 0
+    onnx.checker.check_model(str(dst), full_check=True)
+    lowered = onnx.load(dst)
+    assert lowered.opset_import[0].version == 23
+    feeds = _feeds(2, 5)
+    expected, actual = run_model(original, feeds)[0], run_model(lowered, feeds)[0]
+    np.testing.assert_array_equal(expected, actual)
+
+
+def test_bench_scale_writes_results_with_commit_and_raw_json(tmp_path: Path) -> None:
+    import bench_scale
+
+    argv = ["--models", "60:100K", "--commands", "lower_23", "--workdir", str(tmp_path)]
+    assert bench_scale.main([*argv, "--out-dir", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "results_scale.md").read_text()
+    raw = json.loads((tmp_path / "out" / "results_scale.json").read_text())
+    commit = raw["environment"]["git"]["commit"]
+    assert f"at commit {commit}" in text and raw["environment"]["date"][:10] in text
+    assert "results_scale.json" in text
+    (entry,) = raw["results"]["models"].values()
+    assert entry["tools"]["lower_23"]["ok"], entry
+    assert entry["verify"]["lower_23"].startswith("opset 23, checker ok"), entry["verify"]
