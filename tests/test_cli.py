@@ -314,7 +314,7 @@ def test_help_has_examples_for_each_subcommand_and_the_exit_status(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     top = _help(capsys)
-    for command in ("lower", "report"):
+    for command in ("lower", "optimize", "report"):
         text = _help(capsys, command)
         assert f"onnxscript-ep-passes {command} model.onnx" in text
         assert f"onnxscript-ep-passes {command} model.onnx" in top
@@ -463,3 +463,25 @@ def test_report_webgpu_stdout_holds_the_report_alone(tmp_path: Path, webgpu: Non
     # What ORT and the Vulkan driver print while the EP is probed goes to stderr.
     for noise in ("Warning:", "[W:onnxruntime", "INFO ", "WARNING "):
         assert noise not in result.stdout, result.stdout
+
+
+@pytest.mark.torch
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_optimize_writes_the_model_and_a_fusion_report(tmp_path: Path) -> None:
+    import json
+
+    from tests.fusion.exports import decoder_proto
+
+    source = tmp_path / "llama.onnx"
+    onnx.save(decoder_proto("llama", 24), source)
+    out, report = tmp_path / "out.onnx", tmp_path / "fusions.json"
+    argv = ["-q", "optimize", str(source), "-o", str(out), "--ep", "webgpu"]
+    argv += ["--ort-version", "1.32.0", "--max-length", "64", "--report-json", str(report)]
+    assert main(argv) == 0
+    ops = {(n.domain, n.op_type) for n in onnx.load(str(out)).graph.node}
+    assert ("com.microsoft", "GroupQueryAttention") in ops
+    data = json.loads(report.read_text())
+    kept = {f["pattern"]: f for f in data["fusions"] if f["kept"]}
+    assert kept["group_query_attention"]["count"] == 2
+    assert kept["group_query_attention"]["max_abs_diff"] < 1e-3
+    assert data["predicted_after"]["memcpy"] <= 2

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import collections
+import json
 
 import numpy as np
 import onnx_ir as ir
 import pytest
 
-from onnxscript_ep_passes.ep import get_table, predict_placement
-from onnxscript_ep_passes.pipeline import ep_pass_list, optimize_for_ep
+from onnxscript_ep_passes.ep import get_table, load_snapshot, predict_placement
+from onnxscript_ep_passes.pipeline import OptimizeForEpPass, ep_pass_list, optimize_for_ep
 from tests.harness import run_model
 from tests.torch_models import export_proto, sample_inputs
 
@@ -29,7 +30,9 @@ def test_rms_normalization_is_recovered_after_lowering_a_torch_export() -> None:
     optimize_for_ep(model, "cuda", table=table)
     assert model.opset_imports[""] == 23
     ops = _ops(model)
-    assert ops["RMSNormalization"] == 5, ops  # 2 layers x 2 norms + the final norm
+    # 2 layers x 2 norms + the final norm: the CUDA table has SimplifiedLayerNormalization
+    # (ORT's contrib op in the default domain), which the fusion step prefers.
+    assert ops["RMSNormalization"] + ops["SimplifiedLayerNormalization"] == 5, ops
     prediction = predict_placement(model, table)
     assert not prediction.fallback_nodes, str(prediction)
     feeds = sample_inputs("llama")
@@ -71,3 +74,24 @@ def test_cpu_only_optimizes() -> None:
     model = ir.from_proto(export_proto("llama", 24))
     optimize_for_ep(model, "cpu")
     assert model.opset_imports[""] == 24
+
+
+def test_report_says_what_was_fused_and_predicts_placement() -> None:
+    model = ir.from_proto(export_proto("llama", 24))
+    pipeline = OptimizeForEpPass("webgpu", table=load_snapshot("webgpu-ort-1.32"), max_length=64)
+    pipeline(model)
+    report = pipeline.report()
+    assert report["source_opset"] == 24 and report["table_source"].startswith("snapshot:")
+    fused = {f["pattern"]: f for f in report["fusions"] if f["kept"]}
+    assert fused["group_query_attention"]["op"] == "com.microsoft::GroupQueryAttention"
+    assert fused["group_query_attention"]["count"] == 2
+    assert report["predicted_after"]["memcpy"] < report["predicted_before"]["memcpy"]
+    json.dumps(report)
+
+
+def test_no_fuse_keeps_the_attention() -> None:
+    model = ir.from_proto(export_proto("llama", 24))
+    pipeline = OptimizeForEpPass("webgpu", table=load_snapshot("webgpu-ort-1.32"), fuse=False)
+    pipeline(model)
+    assert pipeline.fusions == []
+    assert _ops(model)["GroupQueryAttention"] == 0

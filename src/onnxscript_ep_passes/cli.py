@@ -297,6 +297,30 @@ _REPORT_EXAMPLES = """\
   onnxscript-ep-passes report model.onnx --ep cuda --ort-version 1.24 --json"""
 
 
+# -- optimize (arguments and run in optimize_cli.py) ------------------------------------
+
+
+def _optimize_arguments(parser: argparse.ArgumentParser) -> None:
+    from onnxscript_ep_passes.optimize_cli import add_arguments
+
+    add_arguments(parser)
+
+
+def _optimize(args: argparse.Namespace) -> int:
+    from onnxscript_ep_passes.optimize_cli import run
+
+    with _stdout_to_stderr():
+        lines = run(args)
+    for line in lines:
+        _say(args, line)
+    return 0
+
+
+_OPTIMIZE_EXAMPLES = """\
+  # fuse into WebGPU's kernels (GroupQueryAttention, ...), lower, optimize; each fusion verified
+  onnxscript-ep-passes optimize model.onnx -o model-webgpu.onnx --ep webgpu --report-json fused.json"""
+
+
 COMMANDS: list[Command] = [
     Command(
         "lower",
@@ -304,6 +328,13 @@ COMMANDS: list[Command] = [
         _LOWER_EXAMPLES,
         _lower_arguments,
         _lower,
+    ),
+    Command(
+        "optimize",
+        "optimize, fuse into ORT kernels the EP has (verified), lower for the EP",
+        _OPTIMIZE_EXAMPLES,
+        _optimize_arguments,
+        _optimize,
     ),
     Command(
         "report",

@@ -1,25 +1,35 @@
-"""An onnxscript optimize() pipeline with the EP-aware lowering in the middle.
+"""The deployment pipeline: optimize, fuse into the EP's kernels, lower for the EP, optimize.
 
-:func:`optimize_for_ep` runs, in order:
+:func:`optimize_for_ep` (and :class:`OptimizeForEpPass`, which keeps what each step did)
+runs, in order:
 
-1. onnxscript's optimizer (constant folding, dead-code removal, ...) and its ONNX fusions;
-2. :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass` (the opset best for the EP);
-3. the optimizer and the fusions again, on a copy that shares the weights: fusions that
-   only fire at the lower opset (onnxscript fuses RMSNormalization, RotaryEmbedding and
-   GQA only at opset 23) are recovered. The copy replaces the model only when the
-   predicted placement on the EP is no worse (fallback nodes, then Memcpy nodes), so a
-   fusion into an op the EP cannot run is never kept.
+1. onnxscript's optimizer (constant folding, dead-code removal, ...);
+2. :class:`~onnxscript_ep_passes.fusion.FuseForEpPass` with the attention fusions
+   (GroupQueryAttention) where the EP's kernel table has the fused op, each verified by
+   running the model; before the lowering, so that the lowering's legalization does not
+   expand the ai.onnx Attention the fusion replaces;
+3. :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass` (the opset best for the EP);
+4. the normalization fusions (SimplifiedLayerNormalization,
+   SkipSimplifiedLayerNormalization), gated and verified the same way; after the lowering,
+   which refuses ops without an ONNX schema in the ONNX domain;
+5. the optimizer and onnxscript's ONNX fusions again, on a copy that shares the weights:
+   fusions that only fire at the lower opset (onnxscript fuses RMSNormalization,
+   RotaryEmbedding and GQA only at opset 23) are recovered. The copy replaces the model
+   only when the predicted placement on the EP is no worse (fallback nodes, then Memcpy
+   nodes), so a fusion into an op the EP cannot run is never kept. When the lowering
+   changes nothing, only the optimizer runs (it folds the Transpose/Reshape pairs step 2
+   leaves around the fused attention).
 
-:data:`ep_pass_list` gives the same passes as a list, to append to one's own pipeline.
+For the CPU EP only step 1 runs. ``fuse=False`` skips steps 2 and 4. :data:`ep_pass_list`
+gives steps 1, 3 and 5 as a list, to append to one's own pipeline.
 """
 
 from __future__ import annotations
 
-__all__ = ["ep_pass_list", "optimize_for_ep"]
+__all__ = ["OptimizeForEpPass", "ep_pass_list", "optimize_for_ep"]
 
 import logging
-import os
-from collections.abc import Mapping
+from typing import Any
 
 import onnx_ir as ir
 from onnxscript.optimizer import optimize
@@ -27,14 +37,28 @@ from onnxscript.rewriter import onnx_fusions
 
 from onnxscript_ep_passes._copies import adopt
 from onnxscript_ep_passes.ep.cost import placement_cost
-from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.names import canonical_ep_name
-from onnxscript_ep_passes.ep.placement import predict_placement
-from onnxscript_ep_passes.ep.table_source import resolve_table
+from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
+from onnxscript_ep_passes.ep.table_choice import get_table
+from onnxscript_ep_passes.fusion.fuse_for_ep import (
+    ATTENTION_FUSIONS,
+    NORM_FUSIONS,
+    FuseForEpPass,
+    FusionRecord,
+    FusionSpec,
+)
 from onnxscript_ep_passes.passes.lower_for_ep import CPU_EPS, LowerOpsetForEpPass
 
 logger = logging.getLogger(__name__)
+
+
+class _Optimize(ir.passes.InPlacePass):
+    """onnxscript's optimizer."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        optimize(model)
+        return ir.passes.PassResult(model, modified=True)
 
 
 class _OptimizeAndFuse(ir.passes.InPlacePass):
@@ -54,13 +78,132 @@ def ep_pass_list(
 ) -> list[ir.passes.PassBase]:
     """Optimize, lower for ``ep``, optimize again: for ``ir.passes.PassManager``.
 
-    Unlike :func:`optimize_for_ep`, the second optimization is always kept.
+    Unlike :func:`optimize_for_ep`, the second optimization is always kept and nothing is
+    fused into com.microsoft kernels.
     """
     return [
         _OptimizeAndFuse(),
         LowerOpsetForEpPass(ep, ort_version, target_opset),
         _OptimizeAndFuse(),
     ]
+
+
+class OptimizeForEpPass(ir.passes.InPlacePass):
+    """The pipeline of the module docstring; :attr:`fusions` holds what steps 2 and 4 did.
+
+    Args:
+        ep, ort_version, target_opset, legalize: As for
+            :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass`.
+        table: A kernel table to use instead of looking one up.
+        fuse: Run step 2.
+        max_length: Longest past + current sequence a fused attention must support.
+    """
+
+    def __init__(
+        self,
+        ep: str,
+        ort_version: str | None = None,
+        target_opset: int | None = None,
+        *,
+        table: KernelTable | None = None,
+        legalize: bool = True,
+        fuse: bool = True,
+        max_length: int = 4096,
+        dims: Any = None,
+        measure: bool = False,
+    ) -> None:
+        self.dims = dims  # a DimSizes, a mapping, a --dims string or None (the lowering's)
+        self.measure = measure
+        self.ep = canonical_ep_name(ep)
+        self.ort_version = ort_version
+        self.target_opset = target_opset
+        self.table = table
+        self.legalize = legalize
+        self.fuse = fuse
+        self.max_length = max_length
+        self.opset: int | None = None
+        self.fusions: list[FusionRecord] = []
+        self.source_opset: int | None = None
+        self.before: PlacementPrediction | None = None
+        self.after: PlacementPrediction | None = None
+
+    def report(self) -> dict[str, Any]:
+        """What the last run did: fusions and the predicted placement before and after."""
+
+        def side(p: PlacementPrediction | None) -> dict[str, int] | None:
+            if p is None:
+                return None
+            return {
+                "memcpy": p.memcpy,
+                "fallback_nodes": len(p.fallback_nodes),
+                "cpu_nodes": len(p.cpu_nodes),
+                "nodes": len(p.nodes),
+            }
+
+        table = self.table
+        return {
+            "ep": self.ep,
+            "ort_version": None if table is None else table.ort_version,
+            "table_source": None if table is None else table.source,
+            "source_opset": self.source_opset,
+            "opset": self.opset,
+            "fusions": [r.to_dict() for r in self.fusions],
+            "predicted_before": side(self.before),
+            "predicted_after": side(self.after),
+        }
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        self.source_opset = model.opset_imports.get("")
+        self.fusions = []
+        _Optimize()(model)
+        if self.ep in CPU_EPS:
+            self.opset = model.opset_imports.get("")
+            return ir.passes.PassResult(model, modified=True)
+        table = self.table = self.table or get_table(self.ep, self.ort_version)
+        self.before = predict_placement(model, table)
+        self._run(model, table)
+        self.opset = model.opset_imports.get("")
+        self.after = predict_placement(model, table)
+        return ir.passes.PassResult(model, modified=True)
+
+    def _fuse(self, model: ir.Model, table: KernelTable, fusions: tuple[FusionSpec, ...]) -> None:
+        if self.fuse:
+            fusing = FuseForEpPass(
+                self.ep, table=table, max_length=self.max_length, fusions=fusions
+            )
+            fusing(model)
+            self.fusions.extend(fusing.records)
+
+    def _run(self, model: ir.Model, table: KernelTable) -> None:
+        self._fuse(model, table, ATTENTION_FUSIONS)
+        lowering = LowerOpsetForEpPass(
+            self.ep,
+            self.ort_version,
+            self.target_opset,
+            table=table,
+            legalize=self.legalize,
+            dims=self.dims,
+            measure=self.measure,
+        )
+        lowered = lowering(model).modified
+        self._fuse(model, table, NORM_FUSIONS)
+        if not lowered:
+            _Optimize()(model)
+            return
+        candidate = model.clone()
+        _OptimizeAndFuse()(candidate)
+        before, after = predict_placement(model, table), predict_placement(candidate, table)
+        score_before = placement_cost(before, model)
+        score_after = placement_cost(after, candidate)
+        if not score_before.improves_on(score_after):
+            adopt(model, candidate)
+        else:
+            logger.info(
+                "kept the unfused model: fusing would give %s instead of %s on %s",
+                score_after,
+                score_before,
+                self.ep,
+            )
 
 
 def optimize_for_ep(
@@ -70,38 +213,26 @@ def optimize_for_ep(
     ort_version: str | None = None,
     target_opset: int | None = None,
     table: KernelTable | None = None,
-    dims: DimSizes | Mapping[str, int] | str | None = None,
+    legalize: bool = True,
+    fuse: bool = True,
+    max_length: int = 4096,
+    dims: Any = None,
     measure: bool = False,
-    kernel_table: str | os.PathLike[str] | None = None,
 ) -> ir.Model:
     """Optimize ``model`` for ``ep`` in place (see module docstring) and return it.
 
-    ``dims``, ``measure`` and ``kernel_table`` are passed to the lowering (step 2); the
-    fused copy is compared on the same objective (``dims``).
+    ``dims`` and ``measure`` are the EP pass's (the cost objective's dimension sizes;
+    measuring the best candidates in real sessions).
     """
-    _OptimizeAndFuse()(model)
-    canonical = canonical_ep_name(ep)
-    if canonical in CPU_EPS:
-        return model
-    sizes = DimSizes.of(dims)
-    if table is None:
-        table = resolve_table(canonical, ort_version, kernel_table=kernel_table, measure=measure)
-    lowering = LowerOpsetForEpPass(
-        canonical, ort_version, target_opset, table=table, dims=sizes, measure=measure
-    )
-    if not lowering(model).modified:
-        return model
-    candidate = model.clone()
-    _OptimizeAndFuse()(candidate)
-    score_before = placement_cost(predict_placement(model, table), model, sizes)
-    score_after = placement_cost(predict_placement(candidate, table), candidate, sizes)
-    if not score_before.improves_on(score_after):
-        adopt(model, candidate)
-    else:
-        logger.info(
-            "kept the unfused model: fusing would give %s instead of %s on %s",
-            score_after,
-            score_before,
-            canonical,
-        )
+    OptimizeForEpPass(
+        ep,
+        ort_version,
+        target_opset,
+        table=table,
+        legalize=legalize,
+        fuse=fuse,
+        max_length=max_length,
+        dims=dims,
+        measure=measure,
+    )(model)
     return model

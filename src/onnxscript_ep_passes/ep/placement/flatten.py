@@ -201,6 +201,10 @@ class Flattener:
             opset = opsets.get(domain, 1)
             schema = get_schema(node.op_type, opset, domain)
             since = schema.since_version if schema is not None else opset
+            if schema is None and domain == "":
+                # ORT's own ops in the ONNX domain (SimplifiedLayerNormalization, ...) are
+                # all registered at version 1, whatever the model's opset.
+                since = 1
             body = self._body_ort_inlines(node, domain, schema, inputs)
             if body is not None:
                 inner = dataclasses.replace(origin, inlined_from=origin.inlined_from or node)

@@ -1,0 +1,29 @@
+"""Fusions into ONNX Runtime's fused (com.microsoft) kernels, applied where an EP has them.
+
+- :mod:`~onnxscript_ep_passes.fusion.attention` -- torch's ai.onnx ``Attention`` (with
+  rotary, repeat_kv and KV cache) -> ``GroupQueryAttention`` (the graph walk in
+  :mod:`~onnxscript_ep_passes.fusion.attention_match`);
+- :mod:`~onnxscript_ep_passes.fusion.normalization` -- RMS normalizations ->
+  ``SimplifiedLayerNormalization`` / ``SkipSimplifiedLayerNormalization``;
+- :mod:`~onnxscript_ep_passes.fusion.evaluate` -- running parts of a model on generated
+  inputs (the numeric checks);
+- :mod:`~onnxscript_ep_passes.fusion.fuse_for_ep` -- :class:`FuseForEpPass`: each fusion
+  gated by the EP's kernel table and verified by running the model.
+"""
+
+from onnxscript_ep_passes.fusion.attention import AttentionFusionResult, fuse_attention_to_gqa
+from onnxscript_ep_passes.fusion.fuse_for_ep import (
+    FUSIONS,
+    FuseForEpPass,
+    FusionRecord,
+    FusionSpec,
+)
+
+__all__ = [
+    "FUSIONS",
+    "AttentionFusionResult",
+    "FuseForEpPass",
+    "FusionRecord",
+    "FusionSpec",
+    "fuse_attention_to_gqa",
+]

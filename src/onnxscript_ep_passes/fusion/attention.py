@@ -1,0 +1,326 @@
+"""ai.onnx ``Attention`` (torch >= 2.13 at opset >= 23) -> com.microsoft ``GroupQueryAttention``.
+
+torch.onnx exports ``scaled_dot_product_attention`` of a decoder as::
+
+    q = RoPE(q_pre, cos, sin)               # x*cos + cat(-x[h:], x[:h])*sin   (optional)
+    k = RoPE(k_pre, cos, sin)
+    k_all = Concat(past_key, k, axis=2)     # KV cache (optional); a graph output
+    k_rep = Reshape(Expand(Unsqueeze(k_all, [2]), ...))   # repeat_kv (GQA; optional)
+    y = Attention(q, k_rep, v_rep, mask)    # BHSD tensors
+
+This module rewrites each such ``Attention`` into one ``GroupQueryAttention`` (the kernel
+ORT GenAI's builder uses) when every condition below holds; otherwise the node is left
+alone and the reason is returned.
+
+Conditions (proved from the graph, or refused):
+
+- attributes: ``softcap`` 0, only output 0 used, no ai.onnx past inputs (4..6);
+  q/k/v 4-D with static head counts and head size; repeat_kv (if any) repeats each KV
+  head ``H / Hkv`` times in place (Unsqueeze axis 2), which is GQA's grouping.
+- **mask**: either absent with ``is_causal=1`` and no KV cache, or a tensor that
+  depends only on graph inputs (``attention_mask``, token ids, past key/values) and
+  constants, and that *evaluates* to ``causal(j <= past + i) AND attention_mask[b, j]``
+  at every sample size in :data:`MASK_SAMPLES` (ones and right-padded masks). This is a
+  check on samples, not a symbolic proof; GroupQueryAttention then derives
+  ``seqlens_k = sum(attention_mask) - 1``, which equals that mask for masks of ones and
+  for right padding on the valid tokens (left padding or holes: not equal, as in GenAI).
+- **rotary**: matched structurally (non-interleaved ``rotate_half`` at opsets 24+, or
+  ai.onnx ``RotaryEmbedding-23`` without position_ids; full head size), the same cos/sin
+  for q and k, and cos/sin evaluated as functions of position only: at ``max_length``
+  tokens they give the caches (for ``rotate_half``, their two halves equal), and with a
+  past they equal the cache rows ``past + i``. The caches become initializers
+  (``max_length x head_size/2``): sequences longer than ``max_length`` fail at run time.
+  Without a matched rotary the fused node gets the rotated q/k (``do_rotary=0``).
+"""
+
+from __future__ import annotations
+
+__all__ = ["MASK_SAMPLES", "AttentionFusionResult", "fuse_attention_to_gqa"]
+
+import dataclasses
+import logging
+
+import numpy as np
+import onnx_ir as ir
+import onnx_ir.passes.common as common_passes
+
+from onnxscript_ep_passes.fusion.attention_match import (
+    AttentionMatch,
+    RefusedError,
+    match_attention,
+)
+from onnxscript_ep_passes.fusion.evaluate import Sizes, evaluate_values, generate_feeds
+
+logger = logging.getLogger(__name__)
+
+MS_DOMAIN = "com.microsoft"
+MASK_SAMPLES = ((1, 1, 0), (2, 3, 0), (1, 8, 0), (2, 33, 0), (2, 1, 5), (1, 4, 3), (2, 7, 9))
+"""(batch, sequence, past) sizes at which a mask is evaluated (past > 0 needs a KV cache)."""
+
+
+@dataclasses.dataclass
+class AttentionFusionResult:
+    """How many Attention nodes became GroupQueryAttention, and why others did not."""
+
+    fused: int = 0
+    refused: dict[str, str] = dataclasses.field(default_factory=dict)  # node name -> reason
+    notes: dict[str, str] = dataclasses.field(default_factory=dict)  # fused, with a caveat
+
+
+def _samples(has_past: bool) -> list[Sizes]:
+    return [Sizes(b, s, p) for b, s, p in MASK_SAMPLES if has_past or p == 0]
+
+
+def _allowed(mask: np.ndarray) -> np.ndarray:
+    if mask.dtype == np.bool_:
+        return mask
+    if np.any((mask != 0) & (mask > -1e30)):
+        raise RefusedError("float mask with values other than 0 and -inf/lowest")
+    return mask == 0
+
+
+def _prove_mask(model: ir.Model, match: AttentionMatch) -> None:
+    node = match.node
+    mask = node.inputs[3] if len(node.inputs) > 3 else None
+    causal = node.attributes.get_int("is_causal", 0)
+    if mask is None:
+        if not causal:
+            raise RefusedError("not causal (no mask, is_causal=0)")
+        if match.past_key is not None:
+            raise RefusedError("is_causal=1 with a KV cache (ONNX aligns it top-left)")
+        return
+    if causal:
+        raise RefusedError("both a mask and is_causal=1")
+    has_past = match.past_key is not None
+    for sizes in _samples(has_past):
+        for padded in (False, True):
+            feeds = generate_feeds(model.graph.inputs, sizes)
+            am = feeds.get("attention_mask")
+            if padded:
+                if am is None or sizes.total < 2:
+                    continue
+                am[-1, sizes.total - 1 :] = 0
+            try:
+                (value,) = evaluate_values(model, [mask], feeds)
+            except Exception as error:
+                raise RefusedError(f"mask cannot be evaluated: {error}") from error
+            if value.ndim != 4:
+                raise RefusedError(f"mask of rank {value.ndim}")
+            seq, total = value.shape[-2:]  # the model's own sizes where they are static
+            i = np.arange(seq)[:, None]
+            j = np.arange(total)[None, :]
+            expected = (j <= total - seq + i)[None, None]
+            if am is not None:
+                if am.shape[-1] != total:
+                    raise RefusedError(f"attention_mask covers {am.shape[-1]}, not {total} keys")
+                expected = expected & (am[:, None, None, :] != 0)
+            actual = _allowed(value)
+            try:
+                shape = np.broadcast_shapes(actual.shape, expected.shape)
+            except ValueError as error:
+                raise RefusedError(f"mask shape {value.shape} at {sizes}") from error
+            if len(shape) != 4 or not np.array_equal(
+                np.broadcast_to(actual, shape), np.broadcast_to(expected, shape)
+            ):
+                raise RefusedError(f"mask is not causal AND attention_mask at {sizes}")
+
+
+def _rotary_caches(
+    model: ir.Model, match: AttentionMatch, max_length: int
+) -> tuple[np.ndarray, np.ndarray]:
+    assert match.rotary is not None
+    head, half = match.head_size, match.head_size // 2
+
+    def rows(sizes: Sizes) -> list[np.ndarray]:
+        """cos and sin as (batch, seq, head/2)."""
+        feeds = generate_feeds(model.graph.inputs, sizes)
+        try:
+            values = evaluate_values(model, list(match.rotary or ()), feeds)
+        except Exception as error:
+            raise RefusedError(f"cos/sin cannot be evaluated: {error}") from error
+        out = []
+        for value in values:
+            try:
+                if match.rotary_halves:
+                    full = np.broadcast_to(value, (sizes.batch, 1, sizes.seq, head))[:, 0]
+                    if not np.array_equal(full[..., :half], full[..., half:]):
+                        raise RefusedError("cos/sin halves differ (not rotate_half RoPE)")
+                    out.append(full[..., :half])
+                else:
+                    out.append(np.broadcast_to(value, (sizes.batch, sizes.seq, half)))
+            except ValueError as error:
+                raise RefusedError(f"cos/sin shape {value.shape} at {sizes}") from error
+        return out
+
+    caches = [np.ascontiguousarray(table[0]) for table in rows(Sizes(1, max_length, 0))]
+    check = Sizes(2, 3, 4) if match.past_key is not None else Sizes(2, 5, 0)
+    for value, cache in zip(rows(check), caches):
+        expected = cache[check.past : check.past + check.seq]
+        if not np.allclose(value, expected[None], rtol=0, atol=1e-6):
+            raise RefusedError("cos/sin are not a function of past + position")
+    return caches[0], caches[1]
+
+
+class _Builder:
+    """Creates the nodes GroupQueryAttention needs, sharing them across layers."""
+
+    def __init__(self, model: ir.Model, max_length: int) -> None:
+        self.model = model
+        self.graph = model.graph
+        self.max_length = max_length
+        self.caches: dict[tuple[ir.Value, ir.Value], tuple[ir.Value, ir.Value]] = {}
+        self.lengths: tuple[ir.Value, ir.Value] | None = None
+        self.names = 0
+
+    def const(self, name: str, array: np.ndarray) -> ir.Value:
+        self.names += 1
+        value = ir.Value(name=f"gqa_fusion.{name}.{self.names}", const_value=ir.tensor(array))
+        value.shape = ir.Shape(array.shape)
+        value.dtype = ir.DataType.from_numpy(array.dtype)
+        self.graph.register_initializer(value)
+        return value
+
+    def _insert(self, anchor: ir.Node, nodes: list[ir.Node]) -> None:
+        self.graph.insert_before(anchor, nodes)
+
+    def seq_lengths(self, anchor: ir.Node, match: AttentionMatch) -> tuple[ir.Value, ir.Value]:
+        if self.lengths is not None:
+            return self.lengths
+        mask = next((v for v in self.graph.inputs if v.name == "attention_mask"), None)
+        nodes: list[ir.Node] = []
+
+        def add(op: str, inputs: list[ir.Value | None], **attrs: object) -> ir.Value:
+            node = ir.node(op, inputs, attributes=attrs)  # type: ignore[arg-type]
+            nodes.append(node)
+            return node.outputs[0]
+
+        one = self.const("one_i64", np.array(1, np.int64))
+        if mask is not None:
+            total64 = add("Shape", [mask], start=1, end=2)
+            mask64 = add("Cast", [mask], to=ir.DataType.INT64)
+            axis = self.const("axis1", np.array([1], np.int64))
+            summed = add("ReduceSum", [mask64, axis], keepdims=0)
+            seqlens = add("Cast", [add("Sub", [summed, one])], to=ir.DataType.INT32)
+        else:
+            total64 = add("Shape", [match.q], start=2, end=3)
+            batch = add("Shape", [match.q], start=0, end=1)
+            seqlens = add(
+                "Cast", [add("Expand", [add("Sub", [total64, one]), batch])], to=ir.DataType.INT32
+            )
+        total = add("Cast", [add("Squeeze", [total64])], to=ir.DataType.INT32)
+        for node in nodes:  # types for the lowering's checks (no shape inference for GQA)
+            cast_to = node.attributes.get_int("to", ir.DataType.INT64)
+            node.outputs[0].dtype = ir.DataType(cast_to)
+        self._insert(anchor, nodes)
+        self.lengths = (seqlens, total)
+        return self.lengths
+
+    def rotary(self, model: ir.Model, match: AttentionMatch) -> tuple[ir.Value, ir.Value]:
+        assert match.rotary is not None
+        if match.rotary not in self.caches:
+            cos, sin = _rotary_caches(model, match, self.max_length)
+            self.caches[match.rotary] = (self.const("cos_cache", cos), self.const("sin_cache", sin))
+        return self.caches[match.rotary]
+
+    def rewrite(self, match: AttentionMatch) -> None:
+        anchor = match.node
+        seqlens, total = self.seq_lengths(anchor, match)
+        nodes: list[ir.Node] = []
+
+        def add(
+            op: str,
+            inputs: list[ir.Value | None],
+            domain: str = "",
+            outputs: int = 1,
+            **attrs: object,
+        ) -> ir.Node:
+            node = ir.node(op, inputs, attributes=attrs, domain=domain, num_outputs=outputs)  # type: ignore[arg-type]
+            nodes.append(node)
+            return node
+
+        flat = self.const("bsd", np.array([0, 0, -1], np.int64))
+
+        def to_bsd(x: ir.Value) -> ir.Value:
+            t = add("Transpose", [x], perm=[0, 2, 1, 3]).outputs[0]
+            return add("Reshape", [t, flat]).outputs[0]
+
+        inputs: list[ir.Value | None] = [
+            to_bsd(match.q),
+            to_bsd(match.k),
+            to_bsd(match.v),
+            match.past_key,
+            match.past_value,
+            seqlens,
+            total,
+        ]
+        attrs: dict[str, object] = {
+            "num_heads": match.heads,
+            "kv_num_heads": match.kv_heads,
+            "scale": match.scale,
+        }
+        if match.rotary is not None:
+            inputs.extend(self.rotary(self.model, match))
+            attrs.update(do_rotary=1, rotary_interleaved=0)
+        gqa = add("GroupQueryAttention", inputs, domain=MS_DOMAIN, outputs=3, **attrs)
+        gqa.name = f"{anchor.name or 'Attention'}/GroupQueryAttention"
+        shape = self.const("bshd", np.array([0, 0, match.heads, match.head_size], np.int64))
+        bshd = add("Reshape", [gqa.outputs[0], shape]).outputs[0]
+        bhsd = add("Transpose", [bshd], perm=[0, 2, 1, 3]).outputs[0]
+        dtype = match.q.dtype
+        for node in nodes:  # types for the lowering's checks (no shape inference for GQA)
+            for output in node.outputs:
+                if dtype is not None:
+                    output.dtype = dtype
+        bhsd.shape = anchor.outputs[0].shape
+        if match.present_key is not None and match.present_value is not None:
+            gqa.outputs[1].shape = match.present_key.shape
+            gqa.outputs[2].shape = match.present_value.shape
+        self._insert(anchor, nodes)
+        _replace(anchor.outputs[0], bhsd)
+        if match.present_key is not None and match.present_value is not None:
+            _replace(match.present_key, gqa.outputs[1])
+            _replace(match.present_value, gqa.outputs[2])
+
+
+def _replace(old: ir.Value, new: ir.Value) -> None:
+    """Replace every use of ``old``; a graph output keeps its name."""
+    name = old.name
+    output = old.is_graph_output()
+    ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
+    if output and name is not None:
+        old.name = f"{name}.unfused"
+        new.name = name
+
+
+def fuse_attention_to_gqa(model: ir.Model, *, max_length: int = 4096) -> AttentionFusionResult:
+    """Rewrite the main graph's ai.onnx Attention nodes into GroupQueryAttention, in place.
+
+    ``max_length``: rows of the rotary caches (the longest past + current sequence).
+    """
+    result = AttentionFusionResult()
+    builder = _Builder(model, max_length)
+    graph = model.graph
+    for node in list(graph):
+        if node.op_type != "Attention" or node.domain not in ("", "ai.onnx"):
+            continue
+        label = node.name or f"Attention#{len(result.refused) + result.fused}"
+        try:
+            match = match_attention(node, graph)
+            _prove_mask(model, match)
+            if match.rotary is not None:
+                try:
+                    builder.rotary(model, match)
+                except RefusedError as error:
+                    result.notes[label] = f"rotary kept outside the fused node: {error}"
+                    match = dataclasses.replace(
+                        match, q=match.q_rotated, k=match.k_rotated, rotary=None
+                    )
+            builder.rewrite(match)
+        except RefusedError as error:
+            result.refused[label] = str(error)
+            continue
+        result.fused += 1
+    if result.fused:
+        model.opset_imports.setdefault(MS_DOMAIN, 1)
+        common_passes.RemoveUnusedNodesPass()(model)
+    return result

@@ -1,0 +1,51 @@
+"""The ``optimize`` subcommand's arguments and work (the command itself is in cli.py).
+
+:func:`add_arguments` declares its options; :func:`run` loads the model, runs
+:class:`~onnxscript_ep_passes.pipeline.OptimizeForEpPass`, saves the result, writes
+``--report-json`` and returns the lines to show (one per fusion tried, then the output).
+"""
+
+from __future__ import annotations
+
+__all__ = ["add_arguments", "run"]
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="input .onnx file")
+    parser.add_argument("-o", "--output", required=True, help="output .onnx file")
+    parser.add_argument("--ep", required=True, help="webgpu, cuda, dml, or an ORT EP name")
+    parser.add_argument("--ort-version", help="the ORT release the model will run on")
+    parser.add_argument("--target-opset", type=int, help="lower to this opset, not the best")
+    parser.add_argument("--no-legalize", action="store_true", help="never expand nodes")
+    parser.add_argument("--no-fuse", action="store_true", help="no com.microsoft fusions")
+    parser.add_argument(
+        "--max-length",
+        type=int,
+        default=4096,
+        help="longest past + current sequence a fused attention must support (default 4096)",
+    )
+    parser.add_argument("--report-json", help="write what was fused (JSON) to this file")
+
+
+def run(args: argparse.Namespace) -> list[str]:
+    from onnxscript_ep_passes.model_io import load_model, save_model
+    from onnxscript_ep_passes.pipeline import OptimizeForEpPass
+
+    model = load_model(args.model)
+    pipeline = OptimizeForEpPass(
+        args.ep,
+        args.ort_version,
+        args.target_opset,
+        legalize=not args.no_legalize,
+        fuse=not args.no_fuse,
+        max_length=args.max_length,
+    )
+    pipeline(model)
+    save_model(model, args.output)
+    if args.report_json:
+        Path(args.report_json).write_text(json.dumps(pipeline.report(), indent=1) + "\n")
+    return [f"fusion {r.summary()}" for r in pipeline.fusions] + [f"wrote {args.output}"]

@@ -1,0 +1,100 @@
+"""fuse_attention_to_gqa on real torch exports and on hand-built graphs it must refuse."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnx_ir.passes.common as common_passes
+import pytest
+from onnx import TensorProto, helper
+
+from onnxscript_ep_passes.fusion.attention import fuse_attention_to_gqa
+from onnxscript_ep_passes.fusion.evaluate import Sizes, generate_feeds, run_model
+from tests.fusion.exports import decoder_proto
+
+torch_only = [pytest.mark.torch, pytest.mark.filterwarnings("ignore::FutureWarning")]
+
+
+def _ops(model: ir.Model) -> collections.Counter[str]:
+    return collections.Counter(n.op_type for n in model.graph)
+
+
+def _fused(proto: onnx.ModelProto) -> tuple[ir.Model, int, dict[str, str]]:
+    model = ir.from_proto(proto)
+    common_passes.ShapeInferencePass()(model)
+    result = fuse_attention_to_gqa(model, max_length=128)
+    return model, result.fused, result.refused
+
+
+def _assert_same(original: onnx.ModelProto, fused: ir.Model, sizes: Sizes) -> None:
+    feeds = generate_feeds(ir.from_proto(original).graph.inputs, sizes)
+    expected = run_model(original, feeds)
+    actual = run_model(ir.to_proto(fused), feeds)
+    assert [o.name for o in fused.graph.outputs] == [o.name for o in original.graph.output]
+    for e, a in zip(expected, actual):
+        np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kv", [False, True], ids=["prefill", "kv_cache"])
+@pytest.mark.torch
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_llama_attention_becomes_gqa_with_rotary_inside(kv: bool) -> None:
+    proto = decoder_proto("llama", 24, kv=kv)
+    model, fused, refused = _fused(proto)
+    assert fused == 2 and not refused, refused
+    ops = _ops(model)
+    assert ops["GroupQueryAttention"] == 2 and ops["Attention"] == 0
+    # the rotary subgraph (Cos/Sin) and the mask subgraph are gone: caches are initializers
+    assert ops["Cos"] == 0 and ops["LessOrEqual"] == 0 and ops["GatherND"] == 0
+    gqa = next(n for n in model.graph if n.op_type == "GroupQueryAttention")
+    assert gqa.attributes.get_int("do_rotary", 0) == 1
+    assert gqa.attributes.get_int("num_heads", 0) == 4
+    assert gqa.attributes.get_int("kv_num_heads", 0) == 2
+    _assert_same(proto, model, Sizes(1, 5, 3) if kv else Sizes(1, 8, 0))
+    if kv:
+        _assert_same(proto, model, Sizes(1, 1, 9))  # one generated token after 9
+
+
+def _attention_model(mask_input: bool, is_causal: int) -> onnx.ModelProto:
+    q = helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 4, "s", 16])
+    k = helper.make_tensor_value_info("k", TensorProto.FLOAT, [1, 4, "s", 16])
+    v = helper.make_tensor_value_info("v", TensorProto.FLOAT, [1, 4, "s", 16])
+    inputs = [q, k, v]
+    names = ["q", "k", "v"]
+    if mask_input:
+        inputs.append(helper.make_tensor_value_info("m", TensorProto.BOOL, [1, 1, "s", "s"]))
+        names.append("m")
+    node = helper.make_node("Attention", names, ["y"], is_causal=is_causal)
+    graph = helper.make_graph(
+        [node], "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+
+
+@pytest.mark.parametrize(
+    ("mask_input", "is_causal", "reason"),
+    [
+        (False, 0, "not causal"),
+        (True, 0, "mask is not causal"),
+        (True, 1, "both a mask and is_causal"),
+    ],
+)
+def test_attention_without_a_proven_causal_mask_is_refused(
+    mask_input: bool, is_causal: int, reason: str
+) -> None:
+    model, fused, refused = _fused(_attention_model(mask_input, is_causal))
+    assert fused == 0
+    assert len(refused) == 1 and reason in next(iter(refused.values()))
+    assert _ops(model)["Attention"] == 1
+
+
+def test_causal_attention_without_rotary_is_fused_exactly() -> None:
+    proto = _attention_model(False, 1)
+    model, fused, refused = _fused(proto)
+    assert fused == 1, refused
+    gqa = next(n for n in model.graph if n.op_type == "GroupQueryAttention")
+    assert gqa.attributes.get_int("do_rotary", 0) == 0
+    _assert_same(proto, model, Sizes(1, 6, 0))

@@ -1,0 +1,94 @@
+"""FuseForEpPass: fusions gated by the EP's kernel table, verified by running the model."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxscript_ep_passes.ep import get_table, load_snapshot
+from onnxscript_ep_passes.fusion import FUSIONS, FuseForEpPass, FusionSpec
+from tests.fusion.exports import decoder_proto
+
+torch_export = [pytest.mark.torch, pytest.mark.filterwarnings("ignore::FutureWarning")]
+
+
+def _records(pass_: FuseForEpPass) -> dict[str, dict]:
+    return {r.pattern: r.to_dict() for r in pass_.records}
+
+
+@pytest.mark.torch
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_webgpu_table_fuses_attention_and_norms_with_verified_differences() -> None:
+    model = ir.from_proto(decoder_proto("llama", 24))
+    fusing = FuseForEpPass("webgpu", table=load_snapshot("webgpu-ort-1.32"), max_length=128)
+    assert fusing(model).modified
+    records = _records(fusing)
+    assert records["group_query_attention"]["count"] == 2
+    assert records["skip_rms_normalization"]["count"] == 4
+    assert records["rms_normalization"]["count"] == 5
+    for name in ("group_query_attention", "skip_rms_normalization", "rms_normalization"):
+        record = records[name]
+        assert record["kept"], record
+        assert record["max_abs_diff"] <= record["tolerance"]
+        assert "WebGpuExecutionProvider" in record["kernel"]
+    assert records["rms_normalization_23"] == {**records["rms_normalization_23"], "count": 0}
+    assert model.opset_imports["com.microsoft"] == 1
+
+
+@pytest.mark.torch
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_an_ep_without_the_fused_kernels_keeps_the_onnx_form() -> None:
+    # The shipped CUDA tables list ai.onnx kernels only: no com.microsoft fusion happens.
+    model = ir.from_proto(decoder_proto("llama", 24))
+    fusing = FuseForEpPass("cuda", table=get_table("cuda", "1.24"), max_length=128)
+    fusing(model)
+    records = _records(fusing)
+    gqa = records["group_query_attention"]
+    assert not gqa["kept"] and gqa["count"] == 0 and "not registered" in gqa["reason"]
+    assert not any(n.op_type == "GroupQueryAttention" for n in model.graph)
+    assert sum(n.op_type == "Attention" for n in model.graph) == 2
+
+
+def _small_model() -> ir.Model:
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+        initializer=[w],
+    )
+    return ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+
+
+def _wrong_fusion(model: ir.Model, max_length: int) -> tuple[int, dict[str, str]]:
+    weight = model.graph.initializers["w"]
+    assert weight.const_value is not None
+    weight.const_value = ir.tensor(weight.const_value.numpy() * 1.01)
+    return 1, {}
+
+
+def test_a_fusion_that_changes_the_outputs_is_dropped_with_the_reason() -> None:
+    model = _small_model()
+    before = model.graph.initializers["w"].const_value.numpy().copy()  # type: ignore[union-attr]
+    spec = FusionSpec("wrong", "com.microsoft", "GroupQueryAttention", _wrong_fusion, 1e-4)
+    fusing = FuseForEpPass("webgpu", table=load_snapshot("webgpu-ort-1.32"), fusions=(spec,))
+    assert not fusing(model).modified
+    (record,) = fusing.records
+    assert not record.kept and record.count == 1
+    assert record.max_abs_diff is not None and record.max_abs_diff > 1e-4
+    assert "outputs differ" in (record.reason or "")
+    np.testing.assert_array_equal(model.graph.initializers["w"].const_value.numpy(), before)  # type: ignore[union-attr]
+
+
+def test_every_fusion_has_a_tolerance_and_a_fused_op() -> None:
+    assert [f.pattern for f in FUSIONS] == [
+        "rms_normalization_23",
+        "rms_normalization",
+        "skip_rms_normalization",
+        "group_query_attention",
+    ]
+    assert all(0 < f.tolerance <= 1e-3 for f in FUSIONS)

@@ -1,0 +1,46 @@
+"""``optimize --ep webgpu`` on tiny decoder exports with dynamic sequence, on the real EP.
+
+The issue-14 targets, measured on the WebGPU plugin EP (lavapipe): at most 2 Memcpy nodes
+and at most 12 CPU nodes, outputs within the fusions' tolerance of the original export.
+One opset per model keeps CI short (all of 23..25 x Llama/Qwen3/Gemma3 are in
+benchmarks/bench_fusion.py); each covers one rotary/normalization form: RMSNormalization-23
+and RotaryEmbedding-23 (Qwen3 at 23), Pow/ReduceMean and rotate_half (Llama at 24), Gemma3's
+q/k norms at 25.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+
+from onnxscript_ep_passes.fusion.evaluate import Sizes, generate_feeds, run_model
+from onnxscript_ep_passes.pipeline import OptimizeForEpPass
+from tests.e2e.helpers import run_on_webgpu
+from tests.fusion.exports import decoder_proto
+
+pytestmark = [
+    pytest.mark.torch,
+    pytest.mark.webgpu,
+    pytest.mark.usefixtures("webgpu"),
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+]
+
+
+@pytest.mark.parametrize(("kind", "opset"), [("qwen3", 23), ("llama", 24), ("gemma3", 25)])
+def test_optimized_export_runs_on_webgpu_with_few_memcpy(kind: str, opset: int) -> None:
+    proto = decoder_proto(kind, opset)
+    model = ir.from_proto(proto)
+    feeds = generate_feeds(model.graph.inputs, Sizes(1, 8, 0))
+    pipeline = OptimizeForEpPass("webgpu")
+    pipeline(model)
+    assert {f.pattern for f in pipeline.fusions if f.kept} >= {
+        "skip_rms_normalization",
+        "group_query_attention",
+    }
+    run = run_on_webgpu(ir.to_proto(model), feeds)
+    assert run.memcpy <= 2, run.cpu_summary()
+    assert len(run.cpu_nodes) <= 12, run.cpu_summary()
+    (expected,) = run_model(proto, feeds)
+    np.testing.assert_allclose(run.outputs[0], expected, rtol=1e-3, atol=1e-3)
