@@ -15,12 +15,15 @@ __all__ = [
     "make_model",
     "random_feeds",
     "reshape_chain",
+    "run_cli",
     "run_model",
     "tensor_info",
 ]
 
 import dataclasses
 import re
+import subprocess
+import sys
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -217,3 +220,10 @@ def assert_refuses(model: onnx.ModelProto, target: int, match: str) -> Downgrade
             assert refusal.op_type in message
         return error
     raise AssertionError(f"lowering to {target} did not refuse (expected {match!r})")
+
+
+def run_cli(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    """Run the command line as users do (a subprocess, ``-q``); ``kwargs`` go to
+    ``subprocess.run`` (timeout, preexec_fn, ...)."""
+    command = [sys.executable, "-m", "onnxscript_ep_passes", "-q", *args]
+    return subprocess.run(command, capture_output=True, text=True, check=False, **kwargs)  # type: ignore[call-overload, no-any-return]

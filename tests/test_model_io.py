@@ -61,11 +61,29 @@ def test_save_modes_round_trip(tmp_path: Path, weights: str) -> None:
     np.testing.assert_allclose(actual[0], expected[0], rtol=1e-6, atol=1e-6)
 
 
-def test_rewriting_over_the_source_data_is_refused(tmp_path: Path) -> None:
+def test_in_place_rewrite_replaces_the_source_and_its_data(tmp_path: Path) -> None:
     src = _source(tmp_path)
+    x = np.random.default_rng(1).standard_normal((2, 64)).astype(np.float32)
+    expected, _ = run_model(onnx.load(src), {"x": x})
     model = load_model(src)
-    with pytest.raises(ValueError, match="refusing to overwrite"):
-        save_model(model, src, weights="rewrite")
+    LowerOpsetPass(23)(model)
+    save_model(model, src, weights="rewrite")  # the old data file is mapped: a new name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src.onnx", _data_name(src)]
+    assert _data_name(src) != "src.onnx.data"
+    onnx.checker.check_model(str(src), full_check=True)
+    actual, _ = run_model(onnx.load(src), {"x": x})
+    np.testing.assert_allclose(actual[0], expected[0], rtol=1e-6, atol=1e-6)
+
+
+def _data_name(path: Path) -> str:
+    locations = {
+        entry.value
+        for tensor in onnx.load(path, load_external_data=False).graph.initializer
+        for entry in tensor.external_data
+        if entry.key == "location"
+    }
+    assert len(locations) == 1, locations
+    return locations.pop()
 
 
 def test_in_place_copy_keeps_the_shared_data_file(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from onnxscript_ep_passes.errors import DowngradeError, Refusal
+    from onnxscript_ep_passes.errors import DowngradeError, InvalidModelError, Refusal
     from onnxscript_ep_passes.lowering import (
         DEFAULT_REGISTRY,
         AdapterEntry,
@@ -33,6 +33,7 @@ __all__ = [
     "AdapterRegistry",
     "DowngradeContext",
     "DowngradeError",
+    "InvalidModelError",
     "LowerOpsetPass",
     "Refusal",
     "lower_opset",
@@ -43,6 +44,7 @@ __version__ = "0.1.0"
 
 _HOMES = {
     "DowngradeError": "onnxscript_ep_passes.errors",
+    "InvalidModelError": "onnxscript_ep_passes.errors",
     "Refusal": "onnxscript_ep_passes.errors",
     "ORT_TRACKING_ISSUE": "onnxscript_ep_passes.lowering.lower_opset",
 }

@@ -47,7 +47,7 @@ from onnxscript_ep_passes.cli_examples import (
     REPORT_EXAMPLES,
     objective_arguments,
 )
-from onnxscript_ep_passes.errors import DowngradeError
+from onnxscript_ep_passes.errors import EXIT_BAD_INPUT, EXIT_REFUSED, DowngradeError, one_line
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -59,12 +59,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger("onnxscript_ep_passes")
 
 PROG = "onnxscript-ep-passes"
-EXIT_REFUSED = 2
 
 EXIT_STATUS_HELP = """\
 exit status:
   0  success (also "nothing to do")
-  1  bad input or I/O error (unreadable or invalid model, missing file)
+  1  bad input or I/O error: one line naming the problem (docs/safety.md)
   2  usage error (unknown or missing option)
   3  the model cannot be lowered exactly: every offending node is listed, OUT is not written"""
 
@@ -125,10 +124,11 @@ def _lower_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--weights",
-        choices=("copy_file", "rewrite"),
+        choices=("copy_file", "rewrite", "reference"),
         default="copy_file",
-        help="copy_file: copy the input's data file whole (fast; weights are never changed); "
-        "rewrite: write each used tensor anew",
+        help="copy_file (default): copy the input's data file (a reflink where possible), "
+        "OUT is self-contained; rewrite: write each used tensor anew; reference: OUT (in the "
+        "input's directory) points at the input's data file, no copy, the two share it",
     )
 
 
@@ -148,7 +148,7 @@ def _lower(args: argparse.Namespace) -> int:
         raise UsageError("--ort-version and --no-legalize need --ep")
     if args.ep is None and (args.report_json or args.measure or args.kernel_table or args.dims):
         raise UsageError("--report-json, --measure, --kernel-table and --dims need --ep")
-    from onnxscript_ep_passes.model_io import load_model, save_model
+    from onnxscript_ep_passes.model_io import check_output_path, load_model, save_model
 
     name = Path(args.model).name
     external = {"auto": None, "always": True, "never": False}[args.external_data]
@@ -159,6 +159,8 @@ def _lower(args: argparse.Namespace) -> int:
             _say(args, f"wrote {args.output}")
             return 0
     model = load_model(args.model)
+    if problem := check_output_path(model, args.output, args.weights):
+        raise UsageError(problem)
     source = _model_opset(model)
     with _stdout_to_stderr():
         if args.ep is None:
@@ -487,9 +489,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DowngradeError as error:
         sys.stderr.write(f"{error}\n")
         return EXIT_REFUSED
-    except (OSError, ValueError) as error:
-        logger.error("%s", error)
-        return 1
+    except Exception as error:  # every other failure: one line, exit 1, never a traceback
+        logger.error("%s", one_line(error, getattr(args, "model", PROG)))
+        logger.debug("traceback", exc_info=error)
+        return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":  # pragma: no cover

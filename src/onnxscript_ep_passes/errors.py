@@ -1,11 +1,32 @@
-"""Errors raised when a model cannot be lowered exactly."""
+"""Errors: a model that cannot be lowered exactly, or a file that is not a usable model.
+
+- :class:`DowngradeError` (with one :class:`Refusal` per node): the model is valid but some
+  nodes cannot be expressed at the target opset.
+- :class:`InvalidModelError`: the input is not a model the tool will read (not ONNX,
+  malformed, unsafe external data, ...); its message is one line naming the problem.
+"""
 
 from __future__ import annotations
 
-__all__ = ["DowngradeError", "Refusal"]
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_USAGE",
+    "DowngradeError",
+    "InvalidModelError",
+    "Refusal",
+    "built_node_reason",
+    "one_line",
+]
 
 import dataclasses
 from collections.abc import Sequence
+
+EXIT_OK = 0  # the command line's exit status: success
+EXIT_BAD_INPUT = 1  # the input is not a usable model, or reading/writing failed
+EXIT_USAGE = 2  # wrong arguments (argparse's own status)
+EXIT_REFUSED = 3  # a valid model that cannot be lowered exactly
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +63,18 @@ class Refusal:
         return f"node {name} ({op}-{self.since_version}{where}): {step}{self.reason}"
 
 
+def built_node_reason(op_type: str, name: str | None, since: int, step: int, reason: str) -> str:
+    """The reason for refusing a model's node because a node its lowering built was refused.
+
+    The refusal then names the model's node (never a name the lowering made up) and says
+    what was built from it and why that could not go lower.
+    """
+    built = f"{op_type}-{since}" + (f" '{name}'" if name else "")
+    if step != since:
+        built += f" (at step {op_type}-{step})"
+    return f"its lowering built {built}, which cannot reach the target: {reason}"
+
+
 class DowngradeError(ValueError):
     """Some nodes cannot be expressed at the target opset; nothing was changed.
 
@@ -74,3 +107,22 @@ class DowngradeError(ValueError):
         ]
         lines.extend(f"  - {r}" for r in self.refusals)
         return "\n".join(lines)
+
+
+class InvalidModelError(ValueError):
+    """The input is not a model the tool will read; nothing was lowered or written.
+
+    The message is one line: the file, then the problem (naming the node, attribute,
+    tensor or location where there is one).
+    """
+
+
+def one_line(error: BaseException, where: str) -> str:
+    """A failure other than a refusal, as the command line reports it: one line."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, (InvalidModelError, OSError, ValueError)):
+        return text
+    if isinstance(error, (MemoryError, RecursionError)):
+        return f"{where}: the model is too large or too deeply nested to process"
+    # A bug, or a model the checks let through; -v logs the traceback.
+    return f"{where}: internal error ({type(error).__name__}: {text}); rerun with -v"

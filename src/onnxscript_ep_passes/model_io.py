@@ -1,67 +1,210 @@
-"""Loading and saving models without holding their weights in memory twice.
+"""Loading models from untrusted files and saving them atomically, weights held once.
 
-Rules:
+Loading (:func:`load_model`):
 
-* Models are loaded with onnx-ir, whose external-data tensors stay memory-mapped.
+* Only a regular, non-empty file of at most 2 GiB is read, and it must parse as an ONNX
+  ModelProto that passes :func:`~onnxscript_ep_passes.model_checks.check_model_proto`;
+  every external-data reference must pass
+  :func:`~onnxscript_ep_passes.model_checks.check_external_data` (regular files inside the
+  model's directory, declared ranges inside them). Anything else raises
+  :class:`~onnxscript_ep_passes.errors.InvalidModelError` with a one-line message.
+* The model is then deserialized with onnx-ir; its external tensors stay memory-mapped
+  and are read only within their declared ranges.
+
+Saving (:func:`save_model`):
+
 * A model is saved with external data when its source had external data or when its
-  initializers are too large for one protobuf (2 GB); the data file is named after the
-  output (``OUT.onnx.data``), next to it.
-* Lowering never changes a weight. When every large tensor of the model still lives in
-  one external data file (the input's), that file is copied whole to the output's data
-  file (a reflink where the file system supports it, else one kernel-side copy; never a
-  hard link, which onnx refuses) and only the graph is serialized, its external
-  references pointing at the new file, at the same offsets. ``weights="rewrite"`` writes
-  every tensor anew through onnx-ir instead (the output then holds only the tensors it
-  uses).
-* The source data file is never overwritten while it is mapped.
+  initializers are too large for one protobuf (2 GB).
+* ``weights`` says where the weights of an external-data output live. ``"copy_file"``
+  (default): when every large tensor still lives in one data file (the input's), that
+  file's declared range is copied (a reflink where the file system supports it, never a
+  hard link, which onnx refuses; never a byte past the last declared tensor) and the graph
+  points at the copy at the same offsets; otherwise every tensor is written anew.
+  ``"rewrite"``: every tensor is written anew (the output then holds only what it uses).
+  ``"reference"``: the output's tensors point at the input's data file itself (the output
+  must be in that file's directory); tensors the lowering built are stored in the graph.
+  The output is self-contained with copy_file and rewrite, and shares the input's file
+  with reference (which then must not be changed, moved or deleted while it is in use).
+* Atomic: the graph and any new data file are first written, and flushed to disk, in a
+  private temporary directory next to OUT, then moved into place with ``os.replace`` under
+  a lock on the directory: the data file first, under a name the old OUT does not use
+  (``OUT.data``, or ``OUT.<8 hex>.data`` when that name is taken), then the graph. A crash
+  at any moment leaves the complete old OUT (with its data) or the complete new one;
+  after a clean failure nothing is left behind. Afterwards the data files named after OUT
+  that the new graph does not use are removed (the old OUT's).
+* OUT may be the input itself; OUT may never be a file the model's tensors are read from.
 """
 
 from __future__ import annotations
 
-__all__ = ["WeightsMode", "has_external_data", "load_model", "save_model"]
+__all__ = [
+    "WeightsMode",
+    "check_output_path",
+    "data_files",
+    "has_external_data",
+    "load_graph_proto",
+    "load_model",
+    "proto_source_file",
+    "reference_problem",
+    "save_model",
+    "save_proto",
+]
 
 import logging
 import math
 import os
-import shutil
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
 import onnx
 import onnx_ir as ir
+from google.protobuf.message import DecodeError
 
+from onnxscript_ep_passes._atomic import Stage as _Stage
 from onnxscript_ep_passes._onnx import iter_graphs
+from onnxscript_ep_passes.errors import InvalidModelError
+from onnxscript_ep_passes.model_checks import check_external_data, check_model_proto
 
 logger = logging.getLogger(__name__)
 
 _INLINE_WEIGHTS_LIMIT = 1_800_000_000  # leave room for the graph itself in 2 GB
 _INLINE_TENSOR_LIMIT = 1024  # bytes: in-memory tensors up to this stay in the proto
+_MAX_PROTO_BYTES = 2**31 - 1
+_SOURCE_KEY = "onnxscript_ep_passes.source_path"
+_COPY_CHUNK = 64 * 1024 * 1024
 
-WeightsMode = Literal["copy_file", "rewrite"]
+WeightsMode = Literal["copy_file", "rewrite", "reference"]
+
+
+def _one_line(error: BaseException) -> str:
+    while error.__cause__ is not None:
+        error = error.__cause__
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def load_model(path: str | os.PathLike[str]) -> ir.Model:
-    """Load ``path`` with its external data mapped lazily."""
-    return ir.load(path)
+    """Load ``path`` (see module docstring); external data is mapped lazily."""
+    proto = load_graph_proto(path)
+    label, source = os.fspath(path), Path(os.path.abspath(path))
+    try:
+        model = ir.serde.deserialize_model(proto)
+    except Exception as error:
+        raise InvalidModelError(f"{label}: cannot be read as a model: {_one_line(error)}") from None
+    for tensor in _all_tensors(model):
+        if isinstance(tensor, ir.ExternalTensor):
+            tensor.base_dir = str(source.parent)
+    model.meta[_SOURCE_KEY] = os.path.realpath(source)
+    return model
 
 
-def _graphs(model: ir.Model) -> Iterator[ir.Graph]:
+def load_graph_proto(path: str | os.PathLike[str]) -> onnx.ModelProto:
+    """``path``'s proto, checked as :func:`load_model` checks it; no weight is read."""
+    label = os.fspath(path)
+    source = Path(os.path.abspath(path))
+    try:
+        info = os.stat(source)
+    except OSError as error:
+        raise InvalidModelError(f"{label}: cannot read: {error.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise InvalidModelError(f"{label}: not a regular file")
+    if info.st_size == 0:
+        raise InvalidModelError(f"{label}: empty file (0 bytes), not an ONNX model")
+    if info.st_size > _MAX_PROTO_BYTES:
+        raise InvalidModelError(
+            f"{label}: {info.st_size} bytes, more than one protobuf can hold (2 GiB); "
+            "large weights belong in an external data file"
+        )
+    with open(source, "rb") as file:
+        data = file.read(_MAX_PROTO_BYTES + 1)
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except DecodeError as error:
+        reason = "subgraphs nested too deeply" if "Depth" in str(error) else "not valid protobuf"
+        raise InvalidModelError(f"{label}: not an ONNX model ({reason})") from None
+    del data
+    check_model_proto(proto, label)
+    check_external_data(proto, source.parent, label)
+    return proto
+
+
+def _graphs(model: ir.Model) -> Iterator[ir.Graph | ir.Function]:
     yield model.graph
     yield from model.graph.subgraphs()
+    for function in model.functions.values():
+        yield function
+        yield from function.graph.subgraphs()
+
+
+def _all_tensors(model: ir.Model) -> Iterator[ir.TensorProtocol]:
+    """Initializers of every graph, and tensors held in node attributes."""
+    for graph in _graphs(model):
+        if isinstance(graph, ir.Graph):
+            for value in graph.initializers.values():
+                if value.const_value is not None:
+                    yield value.const_value
+        for node in graph:
+            for attr in node.attributes.values():
+                if attr.type == ir.AttributeType.TENSOR:
+                    yield attr.as_tensor()
+                elif attr.type == ir.AttributeType.TENSORS:
+                    yield from attr.as_tensors()
 
 
 def _initializer_tensors(model: ir.Model) -> list[ir.TensorProtocol]:
     return [
         value.const_value
-        for graph in _graphs(model)
+        for graph in (model.graph, *model.graph.subgraphs())
         for value in graph.initializers.values()
         if value.const_value is not None
     ]
 
 
+def _file_of(tensor: ir.ExternalTensor) -> Path:
+    return Path(os.path.realpath(os.path.join(tensor.base_dir, tensor.location)))
+
+
 def has_external_data(model: ir.Model) -> bool:
     return any(isinstance(t, ir.ExternalTensor) for t in _initializer_tensors(model))
+
+
+def data_files(model: ir.Model) -> set[Path]:
+    """The files (resolved) that the model's external tensors are read from."""
+    return {_file_of(t) for t in _all_tensors(model) if isinstance(t, ir.ExternalTensor)}
+
+
+def check_output_path(
+    model: ir.Model, path: str | os.PathLike[str], weights: WeightsMode = "copy_file"
+) -> str | None:
+    """Refuse (ValueError, OSError) an output path that is a directory or a file ``model``'s
+    weights are read from; return why ``weights`` cannot be used for it (None if it can)."""
+    out = Path(os.path.abspath(path))
+    if out.is_dir():
+        raise IsADirectoryError(f"output '{path}' is a directory")
+    if Path(os.path.realpath(out)) in data_files(model):
+        raise ValueError(
+            f"refusing to write '{path}': the input's weights are read from that file; "
+            "choose another output path"
+        )
+    return reference_problem(model, out) if weights == "reference" else None
+
+
+def reference_problem(model: ir.Model, path: str | os.PathLike[str]) -> str | None:
+    """Why ``weights="reference"`` cannot save ``model`` to ``path`` (None when it can)."""
+    directory = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    for tensor in _all_tensors(model):
+        if isinstance(tensor, ir.ExternalTensor) and os.path.realpath(tensor.base_dir) != directory:
+            return (
+                f"--weights reference needs the output in the input's directory "
+                f"('{tensor.base_dir}'), where its data file is"
+            )
+    return None
+
+
+# -- saving -------------------------------------------------------------------------
 
 
 def _single_source(tensors: list[ir.TensorProtocol]) -> Path | None:
@@ -69,49 +212,23 @@ def _single_source(tensors: list[ir.TensorProtocol]) -> Path | None:
     sources: set[Path] = set()
     for tensor in tensors:
         if isinstance(tensor, ir.ExternalTensor):
-            sources.add(Path(tensor.base_dir) / tensor.location)
+            sources.add(_file_of(tensor))
         elif tensor.nbytes > _INLINE_TENSOR_LIMIT:
             return None  # an in-memory weight must be written
     return next(iter(sources)) if len(sources) == 1 else None
 
 
-_FICLONE = 0x40049409  # Linux ioctl: share the extents of another file (btrfs, xfs)
-
-
-def _clone_or_copy(source: Path, target: Path) -> None:
-    """Copy ``source`` to ``target``: a reflink where the file system has them, else a
-    kernel-side copy. Never a hard link: onnx refuses external data with several links."""
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    try:
-        import fcntl
-
-        with open(source, "rb") as src, open(tmp, "wb") as dst:
-            fcntl.ioctl(dst.fileno(), _FICLONE, src.fileno())
-    except (ImportError, OSError):
-        shutil.copyfile(source, tmp)
-    os.replace(tmp, target)
-
-
-def _save_with_copied_file(model: ir.Model, out: Path, source: Path) -> None:
-    _write_with_copied_file(ir.serde.serialize_model(model), out, source)
-
-
-def _write_with_copied_file(proto: onnx.ModelProto, out: Path, source: Path) -> None:
-    data_name = out.name + ".data"
-    location = {"location": data_name}
-    for graph in iter_graphs(proto.graph):
-        for tensor in graph.initializer:
-            if tensor.data_location == onnx.TensorProto.EXTERNAL:
-                for entry in tensor.external_data:
-                    if entry.key in location:
-                        entry.value = location[entry.key]
-    target = out.parent / data_name
-    if target.exists() and target.resolve() == source.resolve():
-        pass  # the output's data file is the source itself (same path)
-    else:
-        _clone_or_copy(source, target)
-    out.write_bytes(proto.SerializeToString())
+def _serialize_pointing_at(model: ir.Model, location: str | None) -> onnx.ModelProto:
+    """The model's proto; external references renamed to ``location`` when given."""
+    proto = ir.serde.serialize_model(model)
+    if location is not None:
+        for graph in iter_graphs(proto.graph):
+            for tensor in graph.initializer:
+                if tensor.data_location == onnx.TensorProto.EXTERNAL:
+                    for entry in tensor.external_data:
+                        if entry.key == "location":
+                            entry.value = location
+    return proto
 
 
 def save_model(
@@ -121,41 +238,88 @@ def save_model(
     external_data: bool | None = None,
     weights: WeightsMode = "copy_file",
 ) -> None:
-    """Save ``model`` to ``path``; with external data when needed (see module docstring)."""
-    out = Path(path)
+    """Save ``model`` to ``path`` atomically (see module docstring).
+
+    Raises:
+        ValueError: ``path`` is a file the model's weights are read from, ``reference``
+            is asked for an output outside the data file's directory, or the model does
+            not fit in one protobuf without external data.
+        OSError: the output cannot be written (nothing is left behind then).
+    """
+    out = Path(os.path.abspath(path))
+    check_output_path(model, out)
+    if weights == "reference":
+        problem = reference_problem(model, out)
+        if problem is not None:
+            raise ValueError(problem)
     tensors = _initializer_tensors(model)
     external = any(isinstance(t, ir.ExternalTensor) for t in tensors)
     if external_data is None:
         external_data = external or sum(t.nbytes for t in tensors) > _INLINE_WEIGHTS_LIMIT
+    source = model.meta.get(_SOURCE_KEY)
+    stage = _Stage(out, source if isinstance(source, str) else None)
+    os.mkdir(stage.path)
+    try:
+        data_name, keep = _write(model, stage, external_data=external_data, weights=weights)
+        stage.commit(data_name, keep)
+    finally:
+        stage.cleanup()
+
+
+def _write(
+    model: ir.Model, stage: _Stage, *, external_data: bool, weights: WeightsMode
+) -> tuple[str | None, set[str]]:
+    """Write the staged files; return the staged data file's name (if any) and the names
+    of existing data files in OUT's directory that the new graph uses."""
+    out = stage.out
+    read = data_files(model)
+    in_place = stage.source == os.path.realpath(out)
+    # Files the model reads are kept, except the old OUT's own when OUT is the input.
+    keep = set() if in_place else {f.name for f in read if f.parent == stage.directory}
     if not external_data:
-        ir.save(model, out)
-        return
-    data_path = (out.parent / (out.name + ".data")).resolve()
+        if any(isinstance(t, ir.ExternalTensor) for t in _all_tensors(model)):
+            ir.external_data.load_to_model(model)
+        logger.debug("saving %s with the weights inline", out)
+        stage.write_graph(ir.serde.serialize_model(model))
+        return None, keep
+    if weights == "reference":
+        logger.debug("saving %s; weights referenced in place", out)
+        stage.write_graph(_serialize_pointing_at(model, None))
+        return None, keep | {f.name for f in read}
+    tensors = _initializer_tensors(model)
     source = _single_source(tensors) if weights == "copy_file" else None
-    if source is not None:
-        logger.debug("saving %s; weights copied whole from %s", out, source)
-        _save_with_copied_file(model, out, source)
-        return
-    sources = {
-        (Path(t.base_dir) / t.location).resolve()
-        for t in tensors
-        if isinstance(t, ir.ExternalTensor)
-    }
-    if data_path in sources:
-        raise ValueError(
-            f"refusing to overwrite '{data_path}', which holds the weights being saved; "
-            "choose another output path"
+    if (
+        source is not None
+        and source.parent == stage.directory
+        and source.name
+        in (
+            stage.preferred,
+            *(f.name for f in read if in_place),
         )
-    logger.debug("saving %s with external data %s", out, data_path.name)
-    ir.save(model, out, external_data=data_path.name)
+    ):
+        # The source data file already is this output's: the new graph points at it.
+        logger.debug("saving %s; its data file %s is kept as it is", out, source.name)
+        stage.write_graph(_serialize_pointing_at(model, None))
+        return None, keep | {source.name}
+    name = stage.data_name(read)
+    if source is not None:
+        end = max(
+            (t.offset or 0) + t.nbytes
+            for t in tensors
+            if isinstance(t, ir.ExternalTensor) and _file_of(t) == source
+        )
+        logger.debug("saving %s; weights copied from %s (%d bytes)", out, source, end)
+        stage.copy_range(source, end, name)
+        stage.write_graph(_serialize_pointing_at(model, name))
+        return name, keep
+    logger.debug("saving %s with external data %s", out, name)
+    ir.save(model, stage.graph, external_data=name)
+    stage.sync(name)
+    stage.sync(out.name)
+    return name, keep
 
 
 # -- the graph proto alone (the plain lowering's fast path) ------------------------------
-
-
-def load_graph_proto(path: str | os.PathLike[str]) -> onnx.ModelProto:
-    """``path``'s proto with its external tensors left as references (nothing read)."""
-    return onnx.load(path, load_external_data=False)
 
 
 def _external_location(tensor: onnx.TensorProto) -> str | None:
@@ -187,8 +351,8 @@ def proto_source_file(
 
     The one data file to copy (a plain file inside the model's directory), None when the
     model has no external data and stays inline, False when only :func:`save_model` can
-    save it (several data files, large inline weights, ``weights="rewrite"``, a location
-    that is absolute, leaves the directory or is a link: ``load_model`` judges those).
+    save it (several data files, large inline weights, ``weights`` other than copy_file, a
+    location that is absolute, leaves the directory or is a link).
     """
     if weights != "copy_file":
         return False
@@ -222,11 +386,39 @@ def proto_source_file(
 
 
 def save_proto(proto: onnx.ModelProto, out: str | os.PathLike[str], source: Path | None) -> None:
-    """Write ``proto`` to ``out``; its external data (``source``) copied whole to
-    ``OUT.data`` (see :func:`proto_source_file`)."""
-    out = Path(out)
-    if source is None:
-        out.write_bytes(proto.SerializeToString())
-        return
-    logger.debug("saving %s; weights copied whole from %s", out, source)
-    _write_with_copied_file(proto, out, source)
+    """Write ``proto`` to ``out`` atomically, as :func:`save_model` does; its external data
+    (``source``, see :func:`proto_source_file`) copied up to its last declared tensor."""
+    target = Path(os.path.abspath(out))
+    if target.is_dir():
+        raise IsADirectoryError(f"output '{out}' is a directory")
+    read = set() if source is None else {Path(os.path.realpath(source))}
+    if Path(os.path.realpath(target)) in read:
+        raise ValueError(
+            f"refusing to write '{out}': the input's weights are read from that file; "
+            "choose another output path"
+        )
+    stage = _Stage(target, None)
+    os.mkdir(stage.path)
+    try:
+        if source is None:
+            stage.write_graph(proto)
+            stage.commit(None, set())
+            return
+        real = Path(os.path.realpath(source))
+        keep = {real.name} if real.parent == stage.directory else set()
+        if real.parent == stage.directory and real.name == stage.preferred:
+            stage.write_graph(proto)  # the data file already is this output's
+            stage.commit(None, keep)
+            return
+        name = stage.data_name(read)
+        end = check_external_data(proto, real.parent, os.fspath(source))[real]
+        stage.copy_range(real, end, name)
+        for graph in iter_graphs(proto.graph):
+            for tensor in graph.initializer:
+                for entry in tensor.external_data:
+                    if entry.key == "location":
+                        entry.value = name
+        stage.write_graph(proto)
+        stage.commit(name, keep)
+    finally:
+        stage.cleanup()

@@ -52,7 +52,7 @@ from typing import TypeVar, overload
 import onnx
 import onnx_ir as ir
 
-from onnxscript_ep_passes.errors import DowngradeError, Refusal
+from onnxscript_ep_passes.errors import DowngradeError, Refusal, built_node_reason
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.context import DowngradeContext, NodeNames, NodeRefusedError
 from onnxscript_ep_passes.lowering.registry import DEFAULT_REGISTRY, AdapterRegistry
@@ -147,6 +147,7 @@ class _Lowering:
         self.oracle = TypeOracle(model)
         self.names = NodeNames(model)
         self.refusals: list[Refusal] = []
+        self._origin: tuple[ir.Node, int, int] | None = None  # model node, since, step: builds
         self.rewritten: set[ir.Node] = set()  # the nodes adapters changed
         self.built_nodes: list[ir.Node] = []  # every node the adapters built, in order
         self.journal = _Journal()
@@ -247,8 +248,10 @@ class _Lowering:
                     entry.kind,
                     len(built),
                 )
+            outer, self._origin = self._origin, self._origin or (node, start, version)
             for new_node, new_opset in built:
                 self._lower_built(new_node, new_opset, scope)
+            self._origin = outer
             if result is not None:
                 return
             assert previous is not None
@@ -339,18 +342,11 @@ class _Lowering:
         self.journal.record(undo)
 
     def _refuse(self, node: ir.Node, since: int, step: int, reason: str, scope: str) -> None:
-        self.refusals.append(
-            Refusal(
-                node_name=node.name or "",
-                op_type=node.op_type,
-                domain=node.domain,
-                since_version=since,
-                step=step,
-                target_opset=self.target,
-                reason=reason,
-                scope=scope,
-            )
-        )
+        if self._origin is not None:  # name the model's node, and what was built from it
+            reason = built_node_reason(node.op_type, node.name, since, step, reason)
+            node, since, step = self._origin
+        where = (node.name or "", node.op_type, node.domain)
+        self.refusals.append(Refusal(*where, since, step, self.target, reason, scope))
 
 
 def _relabel(model: ir.Model, target: int) -> None:

@@ -9,6 +9,11 @@ Rules:
 * Model-local function bodies carry no types: they are inferred per call site, from the
   types at the call site's inputs; a value gets a type only when every call site agrees.
 * Nodes built by adapters get their output types from ONNX's per-node inference.
+* Memory stays bounded on hostile shapes: ONNX's data propagation materializes values
+  computed from shapes (``Range(0, Size(x))``, ``ConstantOfShape(Shape(x))``, ...), so it
+  is used only when no declared dimension product or small constant exceeds
+  ``_DATA_PROP_LIMIT`` (a model declaring ``float[1000000000]`` is inferred without it),
+  and inference that fails with it is retried without it.
 """
 
 from __future__ import annotations
@@ -16,9 +21,11 @@ from __future__ import annotations
 __all__ = ["TypeOracle", "infer_node_output_types"]
 
 import logging
+import math
 from collections.abc import Callable, Iterable
 
 import onnx
+import onnx.numpy_helper
 import onnx.shape_inference
 import onnx_ir as ir
 
@@ -28,6 +35,7 @@ from onnxscript_ep_passes.lowering import schemas
 logger = logging.getLogger(__name__)
 
 _SMALL_CONSTANT = 1024  # elements; constants this small feed inference's data propagation
+_DATA_PROP_LIMIT = 1 << 24  # largest dimension product / constant that data propagation sees
 
 
 def _known(type_: ir.TypeProtocol | None) -> bool:
@@ -182,8 +190,14 @@ class TypeOracle:
         graph_proto.node.extend(ir.serde.serialize_node(node) for node in graph)
         graph_proto.output.extend(ir.serde.serialize_value(v) for v in graph.outputs)
         proto.functions.extend(ir.serde.serialize_function(f) for f in model.functions.values())
+        data_prop = _data_propagation_is_bounded(proto)
         try:
-            inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+            try:
+                inferred = onnx.shape_inference.infer_shapes(proto, data_prop=data_prop)
+            except Exception:
+                if not data_prop:
+                    raise
+                inferred = onnx.shape_inference.infer_shapes(proto, data_prop=False)
         except Exception as error:
             logger.warning("ONNX shape inference failed: %s", error)
             return {}
@@ -242,6 +256,32 @@ class TypeOracle:
             logger.debug("no inference for function %s: %s", function.name, error)
             return {}
         return _types_by_name(inferred.graph)
+
+
+def _data_propagation_is_bounded(model: onnx.ModelProto) -> bool:
+    """No declared dimension product and no small constant exceeds ``_DATA_PROP_LIMIT``."""
+    for info in _all_value_infos(model.graph):
+        if info.type.HasField("tensor_type"):
+            product = 1
+            for dim in info.type.tensor_type.shape.dim:
+                if dim.HasField("dim_value"):
+                    product *= max(dim.dim_value, 1)
+            if product > _DATA_PROP_LIMIT:
+                return False
+    constants = list(model.graph.initializer)
+    for graph in iter_graphs(model.graph):
+        constants.extend(
+            attr.t for node in graph.node if node.op_type == "Constant" for attr in node.attribute
+        )
+    for tensor in constants:
+        if tensor.data_type in _INTEGER_TYPES and math.prod(tensor.dims) <= _SMALL_CONSTANT:
+            values = onnx.numpy_helper.to_array(tensor)
+            if values.size and abs(values).max() > _DATA_PROP_LIMIT:
+                return False
+    return True
+
+
+_INTEGER_TYPES = frozenset({onnx.TensorProto.INT32, onnx.TensorProto.INT64})
 
 
 def _types_by_name(graph: onnx.GraphProto) -> dict[str, ir.TypeProtocol]:

@@ -1,0 +1,478 @@
+"""Checks that a parsed ModelProto is one the tool may read, before anything else reads it.
+
+Rules (each violation raises :class:`~onnxscript_ep_passes.errors.InvalidModelError` with
+one line naming the problem, and the node, attribute or tensor where there is one):
+
+* **Versions.** ``ir_version`` is at least 3 (opset imports) and not above what the
+  installed onnx knows; every
+  imported opset of a domain onnx knows (ai.onnx, ai.onnx.ml, ...) is between 1 and the
+  newest version onnx knows, in the model and in each local function.
+* **Graphs.** In every graph and subgraph: each value name is defined once (graph input,
+  initializer, node output; an initializer may repeat an input's name), every value a
+  node or the graph's outputs read is defined in that graph or an enclosing one, and the
+  nodes have no cycle (values a subgraph reads from outside count as node inputs).
+  Local functions likewise, and they never call themselves, directly or not.
+* **Nodes with an ONNX schema** (default domain, at the opset in force): input and output
+  counts within the schema's bounds, only attributes the schema defines, each with the
+  schema's type, and every required attribute present. Ops without a schema are left to
+  the lowering.
+* **Tensors held in the file** hold as many bytes as their type and dimensions need.
+* **External data** (:func:`check_external_data`): the location is relative, has no
+  ``..``, and resolves (symbolic links followed) to a regular file inside the model's
+  directory with a single link; the declared ``offset`` (and ``length``, which must
+  equal the tensor's size) lie within the file. Nothing is read from the file here.
+
+The walk is iterative over graphs; protobuf itself refuses nesting deeper than its limit.
+"""
+
+from __future__ import annotations
+
+__all__ = ["check_external_data", "check_model_proto", "known_opsets"]
+
+import dataclasses
+import functools
+import math
+import os
+import re
+import stat
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import onnx
+import onnx.defs
+import onnx_ir as ir
+
+from onnxscript_ep_passes._onnx import get_schema
+from onnxscript_ep_passes.errors import InvalidModelError
+
+_TENSOR_ATTRS = (onnx.AttributeProto.TENSOR, onnx.AttributeProto.TENSORS)
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+@dataclasses.dataclass(frozen=True)
+class _SchemaRules:
+    since_version: int
+    inputs: tuple[int, int]
+    outputs: tuple[int, int]
+    attributes: dict[str, int]  # name -> AttributeProto type
+    required: frozenset[str]
+
+
+@functools.cache
+def _schema_rules(op_type: str, opset: int) -> _SchemaRules | None:
+    schema = get_schema(op_type, opset, "")
+    if schema is None:
+        return None
+    attributes = schema.attributes
+    return _SchemaRules(
+        schema.since_version,
+        (schema.min_input, schema.max_input),
+        (schema.min_output, schema.max_output),
+        {name: a.type.value for name, a in attributes.items()},  # type: ignore[attr-defined]
+        frozenset(name for name, a in attributes.items() if a.required),
+    )
+
+
+@functools.cache
+def known_opsets() -> dict[str, int]:
+    """The newest opset version the installed onnx knows, per domain ("" for ai.onnx)."""
+    versions = {domain: high for domain, (_, high) in onnx.defs.C.schema_version_map().items()}
+    versions["ai.onnx"] = versions[""]
+    return versions
+
+
+def _attr_type_name(kind: object) -> str:
+    return onnx.AttributeProto.AttributeType.Name(int(kind))  # type: ignore[call-overload]
+
+
+def _subgraphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH or attr.HasField("g"):
+            yield attr.name, attr.g
+        if attr.type == onnx.AttributeProto.GRAPHS or attr.graphs:
+            for graph in attr.graphs:
+                yield attr.name, graph
+
+
+def _node_label(node: onnx.NodeProto, version: int | None = None) -> str:
+    name = f"'{node.name}'" if node.name else "<unnamed>"
+    op = f"{node.domain}::{node.op_type}" if node.domain not in _DEFAULT_DOMAINS else node.op_type
+    return f"node {name} ({op}{'' if version is None else f'-{version}'})"
+
+
+class _Checker:
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self._free: dict[int, tuple[onnx.GraphProto, frozenset[str]]] = {}
+
+    def fail(self, problem: str) -> InvalidModelError:
+        return InvalidModelError(f"{self.source}: {problem}")
+
+    # -- versions --------------------------------------------------------------------
+
+    def opsets(self, imports: list[onnx.OperatorSetIdProto], where: str) -> dict[str, int]:
+        known = known_opsets()
+        found: dict[str, int] = {}
+        for entry in imports:
+            newest = known.get(entry.domain)
+            label = entry.domain or "ai.onnx"
+            if newest is not None and not 1 <= entry.version <= newest:
+                raise self.fail(
+                    f"{where} imports {label} opset {entry.version}, but the installed onnx "
+                    f"{onnx.__version__} knows opsets 1..{newest} of that domain"
+                )
+            found[entry.domain] = entry.version
+        return found
+
+    # -- graphs ----------------------------------------------------------------------
+
+    def free_names(self, graph: onnx.GraphProto) -> frozenset[str]:
+        """Names ``graph`` (and its subgraphs) read but do not define."""
+        key = id(graph)  # the cache holds the graph too, so the id is not reused
+        if key not in self._free:
+            defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+            defined |= {s.values.name for s in graph.sparse_initializer}
+            used: set[str] = {o.name for o in graph.output}
+            for node in graph.node:
+                defined.update(node.output)
+                used.update(node.input)
+                for _, sub in _subgraphs(node):
+                    used |= self.free_names(sub)
+            used.discard("")
+            self._free[key] = (graph, frozenset(used - defined))
+        return self._free[key][1]
+
+    def graph(
+        self,
+        graph: onnx.GraphProto,
+        where: str,
+        outer: frozenset[str],
+        opset: int | None,
+        pending: list[tuple[onnx.GraphProto, str, frozenset[str], int | None]],
+    ) -> None:
+        nodes = graph.node
+        # name -> its producer's index; -1 graph input, -2 initializer, -3 sparse initializer
+        defined: dict[str, int] = {}
+
+        def define(name: str, producer: int) -> None:
+            if name in defined:
+                first, second = (self._definer(nodes, i) for i in (defined[name], producer))
+                raise self.fail(
+                    f"value '{name}' is defined twice in {where}: by {first} and by {second}"
+                )
+            if name:
+                defined[name] = producer
+
+        for value in graph.input:
+            define(value.name, -1)
+        for tensor in graph.initializer:
+            if defined.get(tensor.name) != -1:  # an initializer may repeat an input's name
+                define(tensor.name, -2)
+            self.tensor(tensor, f"initializer '{tensor.name}' in {where}")
+        for sparse in graph.sparse_initializer:
+            define(sparse.values.name, -3)
+        for index, node in enumerate(nodes):
+            for name in node.output:
+                define(name, index)
+        visible = outer | defined.keys()
+        in_order = True  # every node reads only values defined before it
+        for index, node in enumerate(nodes):
+            for name in node.input:
+                producer = defined.get(name, -1)
+                if producer >= index:
+                    in_order = False
+                elif producer == -1 and name and name not in visible:
+                    label = f"{_node_label(node)} in {where}"
+                    raise self.fail(f"{label} reads '{name}', which nothing defines")
+            if node.attribute:
+                for attr_name, sub in _subgraphs(node):
+                    if any(defined.get(n, -1) >= index for n in self.free_names(sub)):
+                        in_order = False
+                    label = f"{_node_label(node)} in {where}"
+                    pending.append((sub, f"subgraph '{attr_name}' of {label}", visible, opset))
+            self.node(node, where, opset)
+        for value in graph.output:
+            if value.name not in visible:
+                raise self.fail(f"output '{value.name}' of {where} is not defined anywhere")
+        if not in_order:
+            self.acyclic(graph, defined, where)
+
+    @staticmethod
+    def _definer(nodes: Sequence[onnx.NodeProto], producer: int) -> str:
+        names = {-1: "a graph input", -2: "an initializer", -3: "a sparse initializer"}
+        return names[producer] if producer < 0 else _node_label(nodes[producer])
+
+    def acyclic(self, graph: onnx.GraphProto, defined: dict[str, int], where: str) -> None:
+        """Kahn's algorithm over the nodes, for graphs not already in topological order."""
+        reads: list[set[int]] = []
+        for node in graph.node:
+            names = set(node.input)
+            for _, sub in _subgraphs(node):
+                names |= self.free_names(sub)
+            reads.append({defined[n] for n in names if defined.get(n, -1) >= 0})
+        users: list[list[int]] = [[] for _ in reads]
+        waiting = [len(r) for r in reads]
+        for index, producers in enumerate(reads):
+            for producer in producers:
+                users[producer].append(index)
+        ready = [index for index, count in enumerate(waiting) if count == 0]
+        done = 0
+        while ready:
+            index = ready.pop()
+            done += 1
+            for user in users[index]:
+                waiting[user] -= 1
+                if waiting[user] == 0:
+                    ready.append(user)
+        if done != len(reads):
+            stuck = next(i for i, count in enumerate(waiting) if count)
+            raise self.fail(
+                f"{where} has a cycle: {_node_label(graph.node[stuck])} depends on its own output"
+            )
+
+    # -- nodes and tensors -----------------------------------------------------------
+
+    def node(self, node: onnx.NodeProto, where: str, opset: int | None) -> None:
+        for attr in node.attribute:
+            if attr.type in _TENSOR_ATTRS:
+                label = f"attribute '{attr.name}' of {_node_label(node)} in {where}"
+                for tensor in (
+                    (attr.t,) if attr.type == onnx.AttributeProto.TENSOR else attr.tensors
+                ):
+                    self.tensor(tensor, label)
+        if node.domain not in _DEFAULT_DOMAINS or opset is None:
+            return
+        schema = _schema_rules(node.op_type, opset)
+        if schema is None:
+            return  # not an ONNX op at this opset: the lowering decides
+        given = len(node.input)
+        while given and not node.input[given - 1]:
+            given -= 1
+        problem = None
+        if not schema.inputs[0] <= given <= schema.inputs[1]:
+            problem = (
+                f" has {given} inputs; its schema takes {schema.inputs[0]}..{schema.inputs[1]}"
+            )
+        elif not schema.outputs[0] <= len(node.output) <= schema.outputs[1]:
+            problem = (
+                f" has {len(node.output)} outputs; its schema gives "
+                f"{schema.outputs[0]}..{schema.outputs[1]}"
+            )
+        names = set()
+        for attr in node.attribute:
+            if problem:
+                break
+            names.add(attr.name)
+            expected = schema.attributes.get(attr.name)
+            if expected is None:
+                problem = f" has attribute '{attr.name}', which its schema lacks"
+            elif attr.type != expected and not attr.ref_attr_name:
+                problem = (
+                    f": attribute '{attr.name}' is {_attr_type_name(attr.type)}, "
+                    f"the schema wants {_attr_type_name(expected)}"
+                )
+        missing = schema.required - names
+        if not problem and missing:
+            problem = f" lacks required attribute '{sorted(missing)[0]}'"
+        if problem:
+            label = f"{_node_label(node, schema.since_version)} in {where}"
+            raise self.fail(label + problem)
+
+    def tensor(self, tensor: onnx.TensorProto, label: str) -> None:
+        if any(d < 0 for d in tensor.dims):
+            raise self.fail(f"{label} has a negative dimension {list(tensor.dims)}")
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            return  # see check_external_data
+        try:
+            dtype = ir.DataType(tensor.data_type)
+        except ValueError:
+            raise self.fail(f"{label} has unknown data type {tensor.data_type}") from None
+        if dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED):
+            return
+        count = math.prod(tensor.dims)
+        if tensor.HasField("raw_data"):
+            need = math.ceil(count * dtype.bitwidth / 8)
+            if len(tensor.raw_data) != need:
+                raise self.fail(
+                    f"{label} is {dtype.name.lower()}{list(tensor.dims)} ({need} bytes) "
+                    f"but holds {len(tensor.raw_data)} bytes"
+                )
+            return
+        fields = (
+            tensor.float_data,
+            tensor.int32_data,
+            tensor.int64_data,
+            tensor.double_data,
+            tensor.uint64_data,
+        )
+        if count and not any(len(field) for field in fields):
+            raise self.fail(f"{label} is {dtype.name.lower()}{list(tensor.dims)} but holds no data")
+
+    # -- functions -------------------------------------------------------------------
+
+    def functions(self, model: onnx.ModelProto) -> None:
+        local = {(f.domain, f.name, f.overload): f for f in model.functions}
+        calls: dict[tuple[str, str, str], set[tuple[str, str, str]]] = {}
+        for key, function in local.items():
+            where = f"function '{key[0]}::{key[1]}'"
+            opsets = self.opsets(list(function.opset_import), where)
+            opset = opsets.get("", opsets.get("ai.onnx"))
+            graph = onnx.GraphProto(name=where, node=function.node)
+            graph.input.extend(onnx.ValueInfoProto(name=n) for n in function.input)
+            graph.output.extend(onnx.ValueInfoProto(name=n) for n in function.output)
+            self.walk(graph, where, opset)
+            called: set[tuple[str, str, str]] = set()
+            stack = [graph]
+            while stack:
+                for node in stack.pop().node:
+                    target = (node.domain, node.op_type, node.overload)
+                    if target in local:
+                        called.add(target)
+                    stack.extend(sub for _, sub in _subgraphs(node))
+            calls[key] = called
+        self.no_recursion(calls)
+
+    def no_recursion(self, calls: dict[tuple[str, str, str], set[tuple[str, str, str]]]) -> None:
+        state: dict[tuple[str, str, str], int] = {}  # 1: on the path, 2: done
+        for root in calls:
+            if state.get(root):
+                continue
+            path = [root]
+            iters = [iter(sorted(calls[root]))]
+            state[root] = 1
+            while iters:
+                callee = next(iters[-1], None)
+                if callee is None:
+                    state[path.pop()] = 2
+                    iters.pop()
+                    continue
+                if state.get(callee) == 1:
+                    cycle = [*path[path.index(callee) :], callee]
+                    chain = " -> ".join(f"{d}::{n}" for d, n, _ in cycle)
+                    raise self.fail(
+                        f"local function '{callee[0]}::{callee[1]}' calls itself ({chain})"
+                    )
+                if not state.get(callee):
+                    state[callee] = 1
+                    path.append(callee)
+                    iters.append(iter(sorted(calls[callee])))
+
+    def walk(self, graph: onnx.GraphProto, where: str, opset: int | None) -> None:
+        pending: list[tuple[onnx.GraphProto, str, frozenset[str], int | None]] = [
+            (graph, where, frozenset(), opset)
+        ]
+        while pending:
+            self.graph(*pending.pop(), pending)
+
+
+def check_model_proto(model: onnx.ModelProto, source: str) -> None:
+    """Raise InvalidModelError when ``model`` breaks a rule of the module docstring.
+
+    ``source`` names the file in messages.
+    """
+    checker = _Checker(source)
+    if not model.HasField("graph"):
+        raise checker.fail("not an ONNX model (no graph)")
+    if model.ir_version < 3:  # opset imports came with IR version 3
+        raise checker.fail(f"not an ONNX model this tool reads (IR version {model.ir_version})")
+    if model.ir_version > onnx.IR_VERSION:
+        raise checker.fail(
+            f"IR version {model.ir_version} is newer than the installed onnx "
+            f"{onnx.__version__} knows ({onnx.IR_VERSION})"
+        )
+    opsets = checker.opsets(list(model.opset_import), "the model")
+    checker.walk(model.graph, f"graph '{model.graph.name}'", opsets.get("", opsets.get("ai.onnx")))
+    checker.functions(model)
+
+
+def _all_tensors(model: onnx.ModelProto) -> Iterator[tuple[onnx.TensorProto, str]]:
+    graphs = [model.graph]
+    graphs.extend(onnx.GraphProto(node=f.node) for f in model.functions)
+    while graphs:
+        graph = graphs.pop()
+        for tensor in graph.initializer:
+            yield tensor, tensor.name
+        for sparse in graph.sparse_initializer:
+            yield sparse.values, sparse.values.name
+            yield sparse.indices, sparse.values.name + " (indices)"
+        for node in graph.node:
+            for attr in node.attribute:
+                where = f"attribute '{attr.name}' of {_node_label(node)}"
+                if attr.HasField("t"):
+                    yield attr.t, attr.t.name or where
+                for tensor in attr.tensors:
+                    yield tensor, tensor.name or where
+                if attr.HasField("sparse_tensor"):
+                    yield attr.sparse_tensor.values, where
+            graphs.extend(sub for _, sub in _subgraphs(node))
+
+
+_ABSOLUTE = re.compile(r"^([\\/]|[A-Za-z]:)")
+
+
+def _declared_bytes(tensor: onnx.TensorProto) -> int | None:
+    try:
+        dtype = ir.DataType(tensor.data_type)
+    except ValueError:
+        return None
+    if dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED):
+        return None
+    return math.ceil(math.prod(tensor.dims) * dtype.bitwidth / 8)
+
+
+def check_external_data(
+    model: onnx.ModelProto, base_dir: str | os.PathLike[str], source: str
+) -> dict[Path, int]:
+    """Check every external-data reference of ``model`` (see module docstring).
+
+    Returns, for each data file (resolved path), the end of the last byte range the
+    model declares in it: nothing past it is ever read.
+    """
+    base = Path(os.path.realpath(base_dir))
+    extents: dict[Path, int] = {}
+    for tensor, name in _all_tensors(model):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        entries = {entry.key: entry.value for entry in tensor.external_data}
+        location = entries.get("location", "")
+
+        def fail(problem: str, name: str = name, location: str = location) -> InvalidModelError:
+            return InvalidModelError(
+                f"{source}: tensor '{name}': external data location '{location}' {problem}"
+            )
+
+        if not location or "\x00" in location:
+            raise fail("is empty or not a file name")
+        if _ABSOLUTE.match(location) or os.path.isabs(location):
+            raise fail("is an absolute path; only files in the model's directory are read")
+        if ".." in re.split(r"[\\/]", location):
+            raise fail("leaves the model's directory ('..')")
+        real = Path(os.path.realpath(base / location))
+        if base not in real.parents:
+            raise fail(f"resolves (through a symbolic link) to '{real}', outside '{base}'")
+        try:
+            offset = int(entries.get("offset", "0"))
+            length = int(entries["length"]) if "length" in entries else None
+        except ValueError:
+            raise fail("has a non-integer offset or length") from None
+        try:
+            info = os.stat(real)
+        except OSError as error:
+            raise fail(f"cannot be read: {error.strerror}") from None
+        if not stat.S_ISREG(info.st_mode):
+            raise fail("is not a regular file (a device, FIFO or directory)")
+        if info.st_nlink > 1:
+            raise fail(f"has {info.st_nlink} hard links; onnx refuses such files")
+        need = _declared_bytes(tensor)
+        if need is None:
+            raise fail(f"holds a tensor of data type {tensor.data_type}, which cannot be external")
+        if offset < 0 or (length is not None and length < 0):
+            raise fail(f"declares a negative offset or length ({offset}, {length})")
+        if length is not None and length != need:
+            raise fail(f"declares length {length}, but the tensor needs {need} bytes")
+        if offset + need > info.st_size:
+            raise fail(
+                f"declares bytes {offset}..{offset + need}, but the file holds {info.st_size}"
+            )
+        extents[real] = max(extents.get(real, 0), offset + need)
+    return extents

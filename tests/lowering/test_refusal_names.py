@@ -1,0 +1,22 @@
+"""A refusal names the model's own node, and what its lowering built that could not go lower."""
+
+from __future__ import annotations
+
+import onnx.helper as oh
+import pytest
+from onnx import TensorProto
+
+from onnxscript_ep_passes import DowngradeError, lower_opset
+from tests.harness import make_model
+
+
+def test_refusal_of_a_built_node_names_the_users_node() -> None:
+    bf16 = [oh.make_tensor_value_info(n, TensorProto.BFLOAT16, [2]) for n in ("x", "y")]
+    model = make_model([oh.make_node("Celu", ["x"], ["y"], name="celu")], [bf16[0]], [bf16[1]], 28)
+    with pytest.raises(DowngradeError) as caught:
+        lower_opset(model, 21)  # Celu-28 expands into Elu-22, which has no bfloat16 below 22
+    (refusal,) = caught.value.refusals
+    assert (refusal.node_name, refusal.op_type, refusal.since_version) == ("celu", "Celu", 28)
+    assert refusal.reason.startswith("its lowering built Elu-22 'celu/lowered_Elu_1'")
+    assert "BFLOAT16, which Elu-6 does not allow" in refusal.reason
+    assert "node 'celu' (Celu-28" in str(caught.value)

@@ -1,0 +1,367 @@
+"""Hostile and malformed inputs, through the command line: one line naming the problem,
+exit status 1, never a traceback, nothing written, nothing read from outside the model's
+directory and never more than declared."""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import pytest
+from onnx import TensorProto, numpy_helper
+
+from onnxscript_ep_passes.cli import main
+from onnxscript_ep_passes.errors import EXIT_BAD_INPUT
+from tests.harness import make_model, run_cli
+
+X = oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+Y = oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
+
+
+def _swish(opset: int = 24) -> onnx.ModelProto:
+    return make_model([oh.make_node("Swish", ["x"], ["y"], name="swish")], [X], [Y], opset)
+
+
+def _write(path: Path, model: onnx.ModelProto) -> Path:
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def _raw(field: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field (to build what protobuf refuses to build)."""
+
+    def varint(n: int) -> bytes:
+        out = b""
+        while True:
+            low, n = n & 0x7F, n >> 7
+            if not n:
+                return out + bytes([low])
+            out += bytes([low | 0x80])
+
+    return varint(field << 3 | 2) + varint(len(payload)) + payload
+
+
+def _nested_if(depth: int) -> bytes:
+    """A model whose If nodes nest ``depth`` deep (beyond protobuf's recursion limit)."""
+    out = oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
+    leaf = oh.make_graph([oh.make_node("Swish", ["x"], ["y"])], "leaf", [], [out])
+    graph = leaf.SerializeToString()
+    tail = _raw(12, out.SerializeToString())
+    for _ in range(depth):
+        then = _raw(1, b"then_branch") + b"\xa0\x01\x05" + _raw(6, graph)  # type=GRAPH
+        other = _raw(1, b"else_branch") + b"\xa0\x01\x05" + _raw(6, leaf.SerializeToString())
+        node = _raw(1, b"c") + _raw(2, b"y") + _raw(4, b"If") + _raw(5, then) + _raw(5, other)
+        graph = _raw(1, node) + tail
+    cond = oh.make_tensor_value_info("c", TensorProto.BOOL, [])
+    graph += _raw(11, X.SerializeToString()) + _raw(11, cond.SerializeToString())
+    opset = oh.make_opsetid("", 24).SerializeToString()
+    return b"\x08\x0a" + _raw(8, opset) + _raw(7, graph)  # ir_version 10
+
+
+def _duplicate_names() -> onnx.ModelProto:
+    nodes = [oh.make_node("Relu", ["x"], ["y"], name="a"), oh.make_node("Swish", ["x"], ["y"])]
+    return make_model(nodes, [X], [Y], 24)
+
+
+def _cycle() -> onnx.ModelProto:
+    nodes = [
+        oh.make_node("Add", ["x", "b"], ["a"], name="add"),
+        oh.make_node("Swish", ["a"], ["b"], name="swish"),
+        oh.make_node("Relu", ["a"], ["y"], name="relu"),
+    ]
+    return make_model(nodes, [X], [Y], 24)
+
+
+def _recursive_function() -> onnx.ModelProto:
+    body = [oh.make_node("F", ["i"], ["o"], domain="local")]
+    imports = [oh.make_opsetid("", 24), oh.make_opsetid("local", 1)]
+    function = oh.make_function("local", "F", ["i"], ["o"], body, imports)
+    model = make_model([oh.make_node("F", ["x"], ["y"], domain="local")], [X], [Y], 24)
+    model.opset_import.append(oh.make_opsetid("local", 1))
+    model.functions.append(function)
+    return model
+
+
+def _bad_attribute(op: str) -> onnx.ModelProto:
+    if op == "AveragePool":
+        x = oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])
+        y = oh.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 3, 3])
+        node = oh.make_node("AveragePool", ["x"], ["y"], name="pool", kernel_shape=[2, 2])
+        node.attribute.append(oh.make_attribute("dilations", 1))  # INTS in the schema
+        return make_model([node], [x], [y], 22)
+    node = oh.make_node("Mod", ["x", "x"], ["y"], name="mod")
+    node.attribute.append(oh.make_attribute("fmod", [1, 2]))  # INT in the schema
+    return make_model([node], [X], [Y], 28)
+
+
+_TRUNCATED = _swish().SerializeToString()[:-9]
+
+# name -> (file contents, words the one-line error must contain)
+MALFORMED: dict[str, tuple[Callable[[], bytes], str]] = {
+    "empty": (lambda: b"", "empty file"),
+    "random": (lambda: np.random.default_rng(0).bytes(4096), "not an ONNX model"),
+    "truncated": (lambda: _TRUNCATED, "not an ONNX model"),
+    "text": (lambda: b"hello, this is not a model\n" * 30, "not an ONNX model"),
+    "nested-if-50": (lambda: _nested_if(50), "nested too deeply"),
+    "duplicate-names": (lambda: _duplicate_names().SerializeToString(), "'y' is defined twice"),
+    "cycle": (lambda: _cycle().SerializeToString(), "cycle"),
+    "recursive-function": (
+        lambda: _recursive_function().SerializeToString(),
+        "'local::F' calls itself",
+    ),
+    "attr-int-for-ints": (
+        lambda: _bad_attribute("AveragePool").SerializeToString(),
+        "node 'pool' (AveragePool-22) in graph 'test_graph': attribute 'dilations' is INT",
+    ),
+    "attr-ints-for-int": (
+        lambda: _bad_attribute("Mod").SerializeToString(),
+        "node 'mod' (Mod-28) in graph 'test_graph': attribute 'fmod' is INTS",
+    ),
+    "opset-29": (lambda: _swish(29).SerializeToString(), "ai.onnx opset 29"),
+    "opset-99": (lambda: _swish(99).SerializeToString(), "ai.onnx opset 99"),
+}
+
+COMMANDS = {
+    "lower": ["lower", "{model}", "-o", "{out}", "--target-opset", "21"],
+    "lower-ep": ["lower", "{model}", "-o", "{out}", "--ep", "cuda", "--ort-version", "1.24"],
+    "report": ["report", "{model}", "--ep", "cuda", "--ort-version", "1.24"],
+}
+
+
+def _cli(tmp_path: Path, command: str, model: Path, caplog: pytest.LogCaptureFixture) -> int:
+    out = tmp_path / "out" / "lowered.onnx"
+    out.parent.mkdir(exist_ok=True)
+    argv = [a.format(model=model, out=out) for a in COMMANDS[command]]
+    with caplog.at_level(logging.INFO):
+        status = main(["-q", *argv])  # an exception here is the traceback a user would see
+    assert not any(out.parent.iterdir()), "nothing may be written for a bad input"
+    return status
+
+
+def _error_line(caplog: pytest.LogCaptureFixture) -> str:
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, errors
+    assert "\n" not in errors[0] and "Traceback" not in errors[0]
+    return errors[0]
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_malformed_input_is_one_line_and_status_1(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, case: str, command: str
+) -> None:
+    build, expected = MALFORMED[case]
+    model = tmp_path / f"{case}.onnx"
+    model.write_bytes(build())
+    assert _cli(tmp_path, command, model, caplog) == EXIT_BAD_INPUT
+    line = _error_line(caplog)
+    assert line.startswith(str(model)), line
+    assert expected in line
+
+
+# -- external data --------------------------------------------------------------------
+
+
+def _external_model(location: str, *, offset: int = 0, length: int | None = 64) -> onnx.ModelProto:
+    """y = x @ w with w (4x4 float, 64 bytes) declared at ``location``."""
+    weight = numpy_helper.from_array(np.eye(4, dtype=np.float32), "w")
+    model = make_model(
+        [oh.make_node("MatMul", ["x", "w"], ["h"]), oh.make_node("Swish", ["h"], ["y"])],
+        [X],
+        [Y],
+        24,
+        initializers=[weight],
+    )
+    tensor = model.graph.initializer[0]
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    entries = {"location": location, "offset": str(offset)}
+    if length is not None:
+        entries["length"] = str(length)
+    for key, value in entries.items():
+        tensor.external_data.add(key=key, value=value)
+    return model
+
+
+def _secret(tmp_path: Path) -> Path:
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(b"TOP-SECRET " * 120)
+    return secret
+
+
+def _case_absolute(model_dir: Path, secret: Path) -> str:
+    return str(secret)
+
+
+def _case_dotdot(model_dir: Path, secret: Path) -> str:
+    return f"../{secret.name}"
+
+
+def _case_symlink_out(model_dir: Path, secret: Path) -> str:
+    (model_dir / "w.bin").symlink_to(secret)
+    return "w.bin"
+
+
+def _case_dev_zero(model_dir: Path, secret: Path) -> str:
+    return "/dev/zero"
+
+
+def _case_symlink_dev_zero(model_dir: Path, secret: Path) -> str:
+    (model_dir / "w.bin").symlink_to("/dev/zero")
+    return "w.bin"
+
+
+def _case_directory(model_dir: Path, secret: Path) -> str:
+    (model_dir / "w.bin").mkdir()
+    return "w.bin"
+
+
+def _case_missing(model_dir: Path, secret: Path) -> str:
+    return "nowhere.bin"
+
+
+def _case_hard_link(model_dir: Path, secret: Path) -> str:
+    os.link(secret, model_dir / "w.bin")
+    return "w.bin"
+
+
+def _case_short_file(model_dir: Path, secret: Path) -> str:
+    (model_dir / "w.bin").write_bytes(b"\0" * 40)  # 64 declared
+    return "w.bin"
+
+
+EXTERNAL: dict[str, tuple[Callable[[Path, Path], str], str]] = {
+    "absolute": (_case_absolute, "absolute path"),
+    "dotdot": (_case_dotdot, "leaves the model's directory"),
+    "symlink-out": (_case_symlink_out, "outside"),
+    "dev-zero": (_case_dev_zero, "absolute path"),
+    "symlink-dev-zero": (_case_symlink_dev_zero, "outside"),
+    "directory": (_case_directory, "not a regular file"),
+    "missing": (_case_missing, "cannot be read"),
+    "hard-link": (_case_hard_link, "hard links"),
+    "short-file": (_case_short_file, "declares bytes 0..64, but the file holds 40"),
+}
+
+
+@pytest.mark.parametrize("weights", ["copy_file", "rewrite"])
+@pytest.mark.parametrize("case", list(EXTERNAL))
+def test_external_data_outside_or_unusable_is_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, case: str, weights: str
+) -> None:
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    make_location, expected = EXTERNAL[case]
+    location = make_location(model_dir, _secret(tmp_path))
+    path = _write(model_dir / "m.onnx", _external_model(location))
+    out = tmp_path / "out" / "lowered.onnx"
+    out.parent.mkdir()
+    argv = ["-q", "lower", str(path), "-o", str(out), "--target-opset", "23"]
+    with caplog.at_level(logging.INFO):
+        assert main([*argv, "--weights", weights]) == EXIT_BAD_INPUT
+    line = _error_line(caplog)
+    assert f"tensor 'w': external data location '{location}'" in line
+    assert expected in line
+    assert not any(out.parent.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("offset", "length", "expected"),
+    [
+        (1160, 64, "declares bytes 1160..1224, but the file holds 1200"),
+        (0, 1 << 40, "declares length 1099511627776, but the tensor needs 64 bytes"),
+        (-8, 64, "negative offset"),
+    ],
+)
+def test_declared_range_must_lie_in_the_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, offset: int, length: int, expected: str
+) -> None:
+    (tmp_path / "w.bin").write_bytes(np.arange(300, dtype=np.float32).tobytes())  # 1200 B
+    path = _write(tmp_path / "m.onnx", _external_model("w.bin", offset=offset, length=length))
+    with caplog.at_level(logging.INFO):
+        status = main(["lower", str(path), "-o", str(tmp_path / "o.onnx"), "--target-opset", "23"])
+    assert status == EXIT_BAD_INPUT
+    assert expected in _error_line(caplog)
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_copy_never_reads_past_the_declared_range(tmp_path: Path) -> None:
+    """The data file holds the tensor and then bytes no tensor declares: they stay behind."""
+    secret = b"PRIVATE-KEY " * 100
+    (tmp_path / "w.bin").write_bytes(np.eye(4, dtype=np.float32).tobytes() + secret)
+    path = _write(tmp_path / "m.onnx", _external_model("w.bin"))
+    out = tmp_path / "out" / "lowered.onnx"
+    out.parent.mkdir()
+    assert main(["-q", "lower", str(path), "-o", str(out), "--target-opset", "23"]) == 0
+    written = b"".join(p.read_bytes() for p in out.parent.iterdir())
+    assert b"PRIVATE-KEY" not in written
+    assert (out.parent / "lowered.onnx.data").stat().st_size == 64
+    onnx.checker.check_model(str(out), full_check=True)
+
+
+def test_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "w.bin")
+    path = _write(tmp_path / "m.onnx", _external_model("w.bin"))
+    out = str(tmp_path / "o.onnx")
+    # The old code blocked forever reading the FIFO.
+    result = run_cli("lower", str(path), "-o", out, "--target-opset", "23", timeout=60)
+    assert result.returncode == EXIT_BAD_INPUT, result.stderr
+    assert "not a regular file" in result.stderr and "Traceback" not in result.stderr
+
+
+# -- huge declared shapes -------------------------------------------------------------
+
+
+_MEASURED_CLI = """
+import resource, sys
+from onnxscript_ep_passes.cli import main
+status = main(sys.argv[1:])
+sys.stderr.write(f"peak-rss-kib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}")
+sys.exit(status)
+"""
+
+
+def _limit_memory() -> None:
+    limit = 6 * 1024**3  # address space: the old code reached for 8 GB and more here
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+@pytest.mark.parametrize("command", ["lower", "report"])
+def test_huge_declared_shape_keeps_memory_bounded(tmp_path: Path, command: str) -> None:
+    """An 88-byte model: Range over Size(x) with x declared float[1000000000]. ONNX's data
+    propagation would materialize the 10^9 values; the lowering must not."""
+    x = oh.make_tensor_value_info("x", TensorProto.FLOAT, [1_000_000_000])
+    y = oh.make_tensor_value_info("y", TensorProto.INT64, None)
+    nodes = [oh.make_node("Size", ["x"], ["n"]), oh.make_node("Range", ["zero", "n", "one"], ["y"])]
+    scalars = [
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array(1, np.int64), "one"),
+    ]
+    path = _write(tmp_path / "huge.onnx", make_model(nodes, [x], [y], 28, initializers=scalars))
+    args = {
+        "lower": ["lower", str(path), "-o", str(tmp_path / "o.onnx"), "--target-opset", "18"],
+        "report": ["report", str(path), "--ep", "cuda", "--ort-version", "1.24"],
+    }[command]
+    result = subprocess.run(
+        [sys.executable, "-c", _MEASURED_CLI, "-q", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        preexec_fn=_limit_memory,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "shape inference failed" not in result.stderr  # the old code ran out of memory
+    peak_mib = int(result.stderr.rsplit("peak-rss-kib=", 1)[1]) // 1024
+    assert peak_mib < 1024, f"{peak_mib} MiB"
+    if command == "lower":
+        lowered = onnx.load(tmp_path / "o.onnx")
+        assert [o.version for o in lowered.opset_import if o.domain == ""] == [18]

@@ -1,0 +1,256 @@
+"""Atomic output: a crash, a full disk or a second writer never leaves a broken or mixed
+OUT, OUT may be the input itself, and ``--weights reference`` shares the input's file."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import resource
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import pytest
+from onnx import TensorProto, numpy_helper
+
+from onnxscript_ep_passes.cli import main
+from onnxscript_ep_passes.errors import EXIT_BAD_INPUT, EXIT_USAGE
+from tests.harness import make_model, run_cli, run_model
+
+_ROWS = 1024  # weights of 1024x1024 float: 4 MiB per model
+
+
+def _model(tag: str, seed: int, rows: int = _ROWS) -> onnx.ModelProto:
+    rng = np.random.default_rng(seed)
+    weight = rng.standard_normal((rows, _ROWS)).astype(np.float32)
+    nodes = [
+        oh.make_node("MatMul", ["x", "w"], ["h"], name=f"matmul_{tag}"),
+        oh.make_node("Swish", ["h"], ["y"], name=f"swish_{tag}"),
+    ]
+    return make_model(
+        nodes,
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, _ROWS])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, _ROWS])],
+        24,
+        initializers=[numpy_helper.from_array(weight, "w")],
+    )
+
+
+def _save_external(model: onnx.ModelProto, path: Path) -> Path:
+    onnx.save(model, path, save_as_external_data=True, location=path.name + ".data")
+    return path
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _identity(out: Path) -> str:
+    """Which model OUT is ('a' or 'b'), after checking that its graph and weights agree."""
+    model = onnx.load(out)  # reads the data file the graph names
+    tag = model.graph.node[0].name.rsplit("_", 1)[1]
+    rows = model.graph.initializer[0].dims[0]
+    expected = numpy_helper.to_array(_model(tag, {"a": 1, "b": 2}[tag], rows).graph.initializer[0])
+    np.testing.assert_array_equal(numpy_helper.to_array(model.graph.initializer[0]), expected)
+    return tag
+
+
+def _leftovers(directory: Path, out: Path) -> list[str]:
+    """Files besides the inputs, OUT and the one data file OUT names."""
+    graph = onnx.load(out, load_external_data=False)
+    used = {out.name} | {
+        e.value for t in graph.graph.initializer for e in t.external_data if e.key == "location"
+    }
+    return sorted(p.name for p in directory.iterdir() if p.name not in used)
+
+
+_WRITER = textwrap.dedent(
+    """
+    import itertools, sys
+    from onnxscript_ep_passes.model_io import load_model, save_model
+    out, modes, sources = sys.argv[1], sys.argv[2].split(","), sys.argv[3:]
+    models = [load_model(s) for s in sources]
+    print("ready", flush=True)
+    count = int(sys.stdin.readline() or 0) or None
+    modes = itertools.cycle(modes)
+    for i in itertools.islice(itertools.count(), count):
+        save_model(models[i % len(models)], out, weights=next(modes))
+    """
+)
+
+
+def _writer(out: Path, *sources: Path, modes: str = "copy_file,rewrite") -> subprocess.Popen[str]:
+    process = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(out), modes, *map(str, sources)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None and process.stdout.readline() == "ready\n"
+    return process
+
+
+def _sources(tmp_path: Path, rows: int = _ROWS) -> tuple[Path, Path]:
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    return (
+        _save_external(_model("a", 1, rows), inputs / "a.onnx"),
+        _save_external(_model("b", 2, rows), inputs / "b.onnx"),
+    )
+
+
+_KILLER = textwrap.dedent(
+    """
+    import itertools, os, random, signal, sys, time
+    from onnxscript_ep_passes.model_io import load_model, save_model
+    out, rounds, sources = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+    models = [load_model(s) for s in sources]
+    rng = random.Random(0)
+    for _ in range(rounds):
+        pid = os.fork()
+        if pid == 0:  # the writer: alternates models and weight modes until killed
+            for i in itertools.count():
+                mode = ("copy_file", "rewrite")[i // len(models) % 2]
+                if sources == [out]:  # OUT is the input: load it and write it back
+                    save_model(load_model(out), out, weights=("copy_file", "rewrite")[i % 2])
+                else:
+                    save_model(models[i % len(models)], out, weights=mode)
+        time.sleep(rng.uniform(0.0, 0.3))
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        print("killed", flush=True)
+        sys.stdin.readline()  # the test has looked at OUT
+    """
+)
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["two-models", "in-place"])
+def test_sigkill_during_writes_leaves_old_or_new(tmp_path: Path, in_place: bool) -> None:
+    """A writer alternating two models into OUT (or writing OUT back over itself) is
+    SIGKILLed at random moments: OUT is always one complete model, its graph and its
+    weights from the same one."""
+    a, b = _sources(tmp_path)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = out_dir / "m.onnx"
+    assert main(["-q", "lower", str(a), "-o", str(out), "--target-opset", "23"]) == 0
+    rounds = 6 if in_place else 10
+    sources = [out] if in_place else [b, a]
+    killer = subprocess.Popen(
+        [sys.executable, "-c", _KILLER, str(out), str(rounds), *map(str, sources)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert killer.stdin is not None and killer.stdout is not None
+    seen = []
+    for _ in range(rounds):
+        assert killer.stdout.readline() == "killed\n"
+        seen.append(_identity(out))
+        killer.stdin.write("\n")
+        killer.stdin.flush()
+    assert killer.wait(timeout=60) == 0
+    assert set(seen) <= ({"a"} if in_place else {"a", "b"})
+    # A clean run afterwards leaves OUT and its data file (temporaries of killed runs are
+    # the only other files, never a second copy of the weights next to OUT).
+    process = _writer(out, a)
+    process.communicate("1\n")
+    assert process.returncode == 0
+    assert _identity(out) == "a"
+    assert all(name.endswith(".tmp") for name in _leftovers(out_dir, out))
+
+
+def test_concurrent_writers_to_one_output(tmp_path: Path) -> None:
+    """Two writers copying 16 MiB data files into one OUT at once (the old code shared one
+    temporary name between them, and one failed)."""
+    a, b = _sources(tmp_path, rows=4 * _ROWS)
+    out = tmp_path / "out.onnx"
+    writers = [_writer(out, a, modes="copy_file"), _writer(out, b, modes="copy_file")]
+    for process in writers:
+        assert process.stdin is not None
+        process.stdin.write("4\n")
+        process.stdin.flush()
+    for process in writers:
+        process.stdin.close()  # type: ignore[union-attr]
+        assert process.wait(timeout=120) == 0
+    assert _identity(out) in {"a", "b"}
+    assert _leftovers(tmp_path, out) == ["in"]
+
+
+def _no_bigger_files() -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes then fail with EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+
+def test_disk_full_while_overwriting_the_input_leaves_it_intact(tmp_path: Path) -> None:
+    src = tmp_path / "m.onnx"
+    onnx.save(_model("a", 1), src)  # 4 MiB of weights inline: the write hits the limit
+    before = _digest(src)
+    argv = ["lower", str(src), "-o", str(src), "--target-opset", "23", "--external-data", "never"]
+    result = run_cli(*argv, preexec_fn=_no_bigger_files)
+    assert result.returncode == EXIT_BAD_INPUT, result.stderr
+    assert "Traceback" not in result.stderr and "File too large" in result.stderr
+    assert _digest(src) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]  # no temporary left
+
+
+@pytest.mark.parametrize("weights", ["copy_file", "rewrite", "reference"])
+def test_output_equal_to_input(tmp_path: Path, weights: str) -> None:
+    src = _save_external(_model("a", 1), tmp_path / "m.onnx")
+    x = np.random.default_rng(3).standard_normal((2, _ROWS)).astype(np.float32)
+    expected, _ = run_model(onnx.load(src), {"x": x})
+    argv = ["-q", "lower", str(src), "-o", str(src), "--target-opset", "23"]
+    assert main([*argv, "--weights", weights]) == 0
+    onnx.checker.check_model(str(src), full_check=True)
+    actual, _ = run_model(onnx.load(src), {"x": x})
+    np.testing.assert_allclose(actual[0], expected[0], rtol=1e-5, atol=1e-5)
+    assert _leftovers(tmp_path, src) == []
+
+
+def test_output_equal_to_the_input_data_file_is_refused(tmp_path: Path) -> None:
+    src = _save_external(_model("a", 1), tmp_path / "m.onnx")
+    data = tmp_path / "m.onnx.data"
+    before = _digest(data)
+    argv = ["-q", "lower", str(src), "-o", str(data), "--target-opset", "23"]
+    assert main(argv) == EXIT_BAD_INPUT
+    assert _digest(data) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.onnx.data"]
+
+
+def test_overwriting_an_output_keeps_one_data_file(tmp_path: Path) -> None:
+    a, b = _sources(tmp_path)
+    out = tmp_path / "o.onnx"
+    for source in (a, b, a):
+        assert main(["-q", "lower", str(source), "-o", str(out), "--target-opset", "23"]) == 0
+        assert _leftovers(tmp_path, out) == ["in"]
+    assert _identity(out) == "a"
+
+
+def test_weights_reference_shares_the_input_file(tmp_path: Path) -> None:
+    src = _save_external(_model("a", 1), tmp_path / "m.onnx")
+    out = tmp_path / "m23.onnx"
+    argv = ["-q", "lower", str(src), "-o", str(out), "--target-opset", "23"]
+    assert main([*argv, "--weights", "reference"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.onnx.data", "m23.onnx"]
+    assert out.stat().st_size < 4096  # the graph only
+    onnx.checker.check_model(str(out), full_check=True)
+    x = np.random.default_rng(4).standard_normal((2, _ROWS)).astype(np.float32)
+    expected, _ = run_model(onnx.load(src), {"x": x})
+    actual, _ = run_model(onnx.load(out), {"x": x})
+    np.testing.assert_allclose(actual[0], expected[0], rtol=1e-5, atol=1e-5)
+
+
+def test_weights_reference_needs_the_input_directory(tmp_path: Path) -> None:
+    src = _save_external(_model("a", 1), tmp_path / "m.onnx")
+    (tmp_path / "elsewhere").mkdir()
+    out = tmp_path / "elsewhere" / "m23.onnx"
+    argv = ["lower", str(src), "-o", str(out), "--target-opset", "23", "--weights", "reference"]
+    with pytest.raises(SystemExit) as exit_:  # a usage error, reported as argparse does
+        main(argv)
+    assert exit_.value.code == EXIT_USAGE
+    assert not os.listdir(tmp_path / "elsewhere")
