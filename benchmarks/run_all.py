@@ -12,6 +12,7 @@ profile    ``profile_cli.py``      the models of ``cost`` (run it first)
 scale      ``bench_scale.py``      ~1 GB in ``--workdir``; the EP search on 200k nodes
 effect     ``bench_effect.py``     torch, the WebGPU plugin EP (lavapipe is enough)
 legalize   ``bench_legalize.py``   torch, the WebGPU plugin EP
+candidates ``bench_candidates.py`` torch, the WebGPU plugin EP; ~1 h on 2 shared cores
 fusion     ``bench_fusion.py``     torch, the WebGPU plugin EP; onnxruntime-genai if present
 ========== ======================= ===============================================
 
@@ -40,6 +41,7 @@ SCRIPTS = {
     "scale": "bench_scale.py",
     "effect": "bench_effect.py",
     "legalize": "bench_legalize.py",
+    "candidates": "bench_candidates.py",
     "fusion": "bench_fusion.py",
 }
 QUICK = {  # tiny sizes: checks that the scripts run, measures nothing worth keeping
@@ -48,6 +50,7 @@ QUICK = {  # tiny sizes: checks that the scripts run, measures nothing worth kee
     "scale": ["--models", "300:1M,600:2M", "--timeout", "300"],
     "effect": ["--models", "cnn", "--opsets", "25"],
     "legalize": ["--models", "cnn", "--runs", "2", "--repeats", "1"],
+    "candidates": ["--models", "llama-dynamic", "--opsets", "24", "--runs", "1"],
     "fusion": ["--models", "llama", "--opsets", "24", "--runs", "2", "--no-genai"],
 }
 WORKDIR_ARG = {"cost", "scale"}

@@ -225,10 +225,11 @@ def test_report_webgpu_live_table_with_and_without_legalization(
         reports[bool(flag)] = json.loads(capsys.readouterr().out)
     plain, legalized = reports[True], reports[False]
     assert plain["table_source"] == "live:get_registered_ep_kernel_defs"
-    # WebGPU has no ai.onnx Attention kernel at any opset: only expansion moves it.
-    assert {n["op_type"] for n in plain["after"]["nodes"] if n["placement"] == "cpu"} >= {
-        "Attention"
-    }
+    # WebGPU has no ai.onnx Attention kernel at any opset: without legalization, the
+    # objective (Attention on CPU is expensive) picks an opset below 23, where the exact
+    # lowering has replaced Attention by its definition; its shape math stays on CPU.
+    assert plain["chosen"]["opset"] < 23 and not plain["chosen"]["legalized"]
+    assert "Attention" not in {n["op_type"] for n in plain["after"]["nodes"]}
     assert plain["after"]["memcpy"] > 0
     assert legalized["after"]["memcpy"] == 0
     assert any(d["decision"] == "expand" for d in legalized["decisions"])
@@ -399,7 +400,7 @@ def test_report_states_an_assumed_ort_release(
     assert note.startswith("note: no ORT release given, so ORT main-2026-09 is assumed")
     report = json.loads(_stdout(capsys, "report", str(path), "--ep", "cuda", "--json"))
     assert report["ort_version_assumed"] is True
-    assert (report["schema_version"], report["model"]) == (1, "m.onnx")
+    assert (report["schema_version"], report["model"]) == (1, str(path))  # the path given
     named = json.loads(
         _stdout(capsys, "report", str(path), "--ep", "cuda", "--ort-version", "1.24", "--json")
     )

@@ -41,6 +41,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from onnxscript_ep_passes import __version__
+from onnxscript_ep_passes.cli_examples import (
+    LOWER_EXAMPLES,
+    OPTIMIZE_EXAMPLES,
+    REPORT_EXAMPLES,
+    objective_arguments,
+)
 from onnxscript_ep_passes.errors import EXIT_BAD_INPUT, EXIT_REFUSED, DowngradeError, one_line
 
 if TYPE_CHECKING:
@@ -101,6 +107,10 @@ def _lower_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --ep: only choose the opset; never expand nodes the EP cannot run",
     )
+    objective_arguments(parser)
+    parser.add_argument(
+        "--report-json", metavar="FILE", help="with --ep: also write the JSON report to FILE"
+    )
     parser.add_argument(
         "--write-unchanged",
         action="store_true",
@@ -136,6 +146,8 @@ def _lower(args: argparse.Namespace) -> int:
         raise UsageError("lower needs --target-opset N or --ep NAME")
     if args.ep is None and (args.ort_version or args.no_legalize):
         raise UsageError("--ort-version and --no-legalize need --ep")
+    if args.ep is None and (args.report_json or args.measure or args.kernel_table or args.dims):
+        raise UsageError("--report-json, --measure, --kernel-table and --dims need --ep")
     from onnxscript_ep_passes.model_io import check_output_path, load_model, save_model
 
     name = Path(args.model).name
@@ -193,26 +205,23 @@ def _lower_to_opset(model: ir.Model, target: int, source: int) -> tuple[bool, st
 
 
 def _lower_for_ep(model: ir.Model, args: argparse.Namespace) -> tuple[bool, str]:
+    from onnxscript_ep_passes.ep.dims import parse_dims
     from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringResult, LowerOpsetForEpPass
+    from onnxscript_ep_passes.report import choice_report
 
-    lowering = LowerOpsetForEpPass(
-        args.ep, args.ort_version, args.target_opset, legalize=not args.no_legalize
-    )
+    objective = {"dims": parse_dims(args.dims), "measure": args.measure}
+    objective["kernel_table"] = args.kernel_table
+    legalize = not args.no_legalize
+    lowering = LowerOpsetForEpPass(args.ep, args.ort_version, args.target_opset, legalize=legalize, **objective)  # fmt: skip
     result = lowering(model)
     assert isinstance(result, EpLoweringResult)
     choice = result.choice
     if choice is None:
         return False, f"the CPU EP runs every opset (model at opset {_model_opset(model)})"
+    if args.report_json:
+        report = choice_report(model, choice, model_name=args.model)
+        Path(args.report_json).write_text(json.dumps(report) + "\n", encoding="utf-8")
     return choice.changes_model, choice.summary()
-
-
-_LOWER_EXAMPLES = """\
-  # lower exactly to opset 23 (weights stay in OUT.onnx.data, next to OUT)
-  onnxscript-ep-passes lower model.onnx -o model-23.onnx --target-opset 23
-  # lower to the opset that puts most of the model on WebGPU (installed ORT, live table)
-  onnxscript-ep-passes lower model.onnx -o model-webgpu.onnx --ep webgpu
-  # for CUDA on ORT 1.24, choosing the opset only (expand no node)
-  onnxscript-ep-passes lower model.onnx -o model-cuda.onnx --ep cuda --ort-version 1.24 --no-legalize"""
 
 
 # -- report --------------------------------------------------------------------------
@@ -233,11 +242,13 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-legalize", action="store_true", help="only choose the opset; expand nothing"
     )
+    objective_arguments(parser)
 
 
 def _report(args: argparse.Namespace) -> int:
     if args.json and args.all:
         raise UsageError("--all applies to the text report; --json always holds every node")
+    from onnxscript_ep_passes.ep.dims import parse_dims
     from onnxscript_ep_passes.model_io import load_model
     from onnxscript_ep_passes.report import placement_report, print_report
 
@@ -249,22 +260,16 @@ def _report(args: argparse.Namespace) -> int:
             ort_version=args.ort_version,
             target_opset=args.target_opset,
             legalize=not args.no_legalize,
-            model_name=Path(args.model).name,
+            dims=parse_dims(args.dims),
+            measure=args.measure,
+            kernel_table=args.kernel_table,
+            model_name=args.model,
         )
     if args.json:
         sys.stdout.write(json.dumps(result) + "\n")
     else:
         print_report(result, show_all=args.all)
     return 0
-
-
-_REPORT_EXAMPLES = """\
-  # where the nodes of model.onnx land on WebGPU now and after lowering
-  onnxscript-ep-passes report model.onnx --ep webgpu
-  # on CUDA with ORT 1.24 (a shipped kernel table), every op listed
-  onnxscript-ep-passes report model.onnx --ep cuda --ort-version 1.24 --all
-  # the same as one JSON object, for scripts
-  onnxscript-ep-passes report model.onnx --ep cuda --ort-version 1.24 --json"""
 
 
 # -- optimize (arguments and run in optimize_cli.py) ------------------------------------
@@ -286,30 +291,25 @@ def _optimize(args: argparse.Namespace) -> int:
     return 0
 
 
-_OPTIMIZE_EXAMPLES = """\
-  # fuse into WebGPU's kernels (GroupQueryAttention, ...), lower, optimize; each fusion verified
-  onnxscript-ep-passes optimize model.onnx -o model-webgpu.onnx --ep webgpu --report-json fused.json"""
-
-
 COMMANDS: list[Command] = [
     Command(
         "lower",
         "lower a model's ai.onnx opset (to N, or to the best for an EP)",
-        _LOWER_EXAMPLES,
+        LOWER_EXAMPLES,
         _lower_arguments,
         _lower,
     ),
     Command(
         "optimize",
         "optimize, fuse into ORT kernels the EP has (verified), lower for the EP",
-        _OPTIMIZE_EXAMPLES,
+        OPTIMIZE_EXAMPLES,
         _optimize_arguments,
         _optimize,
     ),
     Command(
         "report",
         "predicted placement on an EP, before and after lowering",
-        _REPORT_EXAMPLES,
+        REPORT_EXAMPLES,
         _report_arguments,
         _report,
     ),

@@ -109,7 +109,11 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         legalize: bool = True,
         fuse: bool = True,
         max_length: int = 4096,
+        dims: Any = None,
+        measure: bool = False,
     ) -> None:
+        self.dims = dims  # a DimSizes, a mapping, a --dims string or None (the lowering's)
+        self.measure = measure
         self.ep = canonical_ep_name(ep)
         self.ort_version = ort_version
         self.target_opset = target_opset
@@ -173,7 +177,13 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
     def _run(self, model: ir.Model, table: KernelTable) -> None:
         self._fuse(model, table, ATTENTION_FUSIONS)
         lowering = LowerOpsetForEpPass(
-            self.ep, self.ort_version, self.target_opset, table=table, legalize=self.legalize
+            self.ep,
+            self.ort_version,
+            self.target_opset,
+            table=table,
+            legalize=self.legalize,
+            dims=self.dims,
+            measure=self.measure,
         )
         lowered = lowering(model).modified
         self._fuse(model, table, NORM_FUSIONS)
@@ -183,7 +193,8 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         candidate = model.clone()
         _OptimizeAndFuse()(candidate)
         before, after = predict_placement(model, table), predict_placement(candidate, table)
-        score_before, score_after = placement_cost(before), placement_cost(after)
+        score_before = placement_cost(before, model)
+        score_after = placement_cost(after, candidate)
         if not score_before.improves_on(score_after):
             adopt(model, candidate)
         else:
@@ -205,8 +216,14 @@ def optimize_for_ep(
     legalize: bool = True,
     fuse: bool = True,
     max_length: int = 4096,
+    dims: Any = None,
+    measure: bool = False,
 ) -> ir.Model:
-    """Optimize ``model`` for ``ep`` in place (see module docstring) and return it."""
+    """Optimize ``model`` for ``ep`` in place (see module docstring) and return it.
+
+    ``dims`` and ``measure`` are the EP pass's (the cost objective's dimension sizes;
+    measuring the best candidates in real sessions).
+    """
     OptimizeForEpPass(
         ep,
         ort_version,
@@ -215,5 +232,7 @@ def optimize_for_ep(
         legalize=legalize,
         fuse=fuse,
         max_length=max_length,
+        dims=dims,
+        measure=measure,
     )(model)
     return model

@@ -1,31 +1,39 @@
 """What a model looks like on an EP before and after the EP-aware lowering.
 
-:func:`placement_report` returns a plain dict (the ``report --json`` format)::
+:func:`placement_report` returns a plain dict, the ``report --json`` (and ``lower
+--report-json FILE``) format. Its JSON Schema ships in the package
+(``onnxscript_ep_passes/report.schema.json``, :func:`report_schema`); the fields::
 
-    {"schema_version": 1, "model", "ep", "ort_version", "ort_version_assumed",
-     "table_source", "chosen_opset", "blocked",
-     "candidates": {opset: {"fallback", "memcpy"}},
-     "legalized": bool,
-     "legalized_candidates": {opset: {"fallback", "memcpy", "expanded"}},
+    {"schema_version": 1,
+     "model": the path given (or the graph's name),
+     "ep", "ort_version", "ort_version_assumed", "table_source",
+     "objective": {"kind": "estimate" | "measured", "dims": {name: size},
+                   "rates": {...}},
+     "candidates": [{"opset", "legalized",
+                     "predicted": {"memcpy", "memcpy_bytes", "fallback_nodes", "cost"},
+                     "measured": {"memcpy", "cpu_nodes", "latency_ms"} | null}],
+     "chosen": {"opset", "legalized"},
+     "blocked": why no lower opset was reachable, or null,
      "decisions": [{"node", "op_type", "domain", "since_version", "opset",
                     "decision": "lower" | "ep_equivalent" | "expand" | "cpu", "reason"}],
-     "ort_only_ops": {op_type: count},
-     "before": {"opset", "memcpy", "nodes": [{"name", "op_type", "domain",
-                "since_version", "placement": "ep" | "cpu", "reason"}]},
+     "before": {"opset", "memcpy", "fallback", "nodes": [{"name", "op_type", "domain",
+                "since_version", "placement": "ep" | "cpu", "reason",
+                "shape_computation", "inserted_by_ort"}]},
      "after": {same keys}}
 
+``candidates`` lists every candidate evaluated, plain lowerings and legalized variants,
+highest opset first, plain before legalized. ``predicted.cost`` is the EP objective's
+estimate in microseconds (:mod:`~onnxscript_ep_passes.ep.cost`), ``memcpy_bytes``
+what the predicted Memcpy nodes move per run with the symbolic dimensions sized as
+``objective.dims`` says; ``measured`` is null unless the candidate was measured in a real
+session (``--measure``). ``objective.kind`` says how the choice was made.
 Node names are as in the model (inlined function nodes as ORT names them). Nodes that ORT
 keeps on CPU on purpose (small shape computations) carry ``"shape_computation": true``
-and are not counted as fallback. ``candidates`` are the plain opset lowerings;
-``legalized_candidates`` the legalized variants that differ from them (see
-:mod:`~onnxscript_ep_passes.passes.legalize`), with the number of nodes each expands;
-``legalized`` tells whether the chosen one (``after``) is legalized. ``ort_only_ops``
-counts the default-domain ops ONNX does not define but ORT does (SimplifiedLayerNormalization),
-which the lowering carries unchanged. ``decisions`` has one
-entry per node that falls back at the source or at the chosen opset: what the pass does
-about it and why. ``model`` is the name the caller gives (the file name, from the command
-line) or the graph's name; ``ort_version_assumed`` is true when no ORT release was named and
-the table is a shipped snapshot (the prediction is for a release the user may not run).
+and are not counted as fallback. ``decisions`` has one entry per node that falls back at
+the source or at the chosen opset: what the pass does about it and why. ``model`` is the
+name the caller gives (the file name, from the command line) or the graph's name;
+``ort_version_assumed`` is true when no ORT release was named and the table is a shipped
+snapshot (the prediction is for a release the user may not run).
 
 The text form (:func:`format_report`, :func:`print_report`, rendered with rich) reads
 top-down:
@@ -46,11 +54,25 @@ honoured).
 
 from __future__ import annotations
 
-__all__ = ["format_report", "placement_report", "print_report", "render_report"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "choice_report",
+    "format_report",
+    "placement_report",
+    "print_report",
+    "render_report",
+    "report_schema",
+]
 
 import collections
+import dataclasses
+import functools
+import importlib.resources
 import io
+import json
+import os
 import sys
+from collections.abc import Mapping
 from typing import IO, Any
 
 import onnx_ir as ir
@@ -59,15 +81,27 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from onnxscript_ep_passes.ep import cost
+from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
-from onnxscript_ep_passes.ep.names import canonical_ep_name
 from onnxscript_ep_passes.ep.placement import PlacementPrediction
-from onnxscript_ep_passes.ep.table_choice import get_table
-from onnxscript_ep_passes.lowering.ort_kernels import ort_only
-from onnxscript_ep_passes.passes.lower_for_ep import choose_target_opset
+from onnxscript_ep_passes.ep.table_source import resolve_table
+from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringChoice, choose_target_opset
 from onnxscript_ep_passes.verdict import ep_display_name, verdict
 
 SCHEMA_VERSION = 1
+
+
+@functools.cache
+def report_schema() -> dict[str, Any]:
+    """The JSON Schema of :func:`placement_report`'s output (shipped in the package)."""
+    text = (
+        importlib.resources.files("onnxscript_ep_passes")
+        .joinpath("report.schema.json")
+        .read_text(encoding="utf-8")
+    )
+    schema: dict[str, Any] = json.loads(text)
+    return schema
 
 
 def _side(opset: int, prediction: PlacementPrediction) -> dict[str, Any]:
@@ -91,6 +125,66 @@ def _side(opset: int, prediction: PlacementPrediction) -> dict[str, Any]:
     }
 
 
+def _input_dims(model: ir.Model, sizes: DimSizes) -> dict[str, int]:
+    """The size the objective gives each symbolic dimension of the model's inputs."""
+    dims: dict[str, int] = dict(sizes.bindings)
+    for value in model.graph.inputs:
+        for dim in value.shape or ():
+            name = getattr(dim, "value", None)
+            if isinstance(name, str) and name:
+                dims.setdefault(name, sizes.named(name))
+    return dims
+
+
+def _candidate_rows(choice: EpLoweringChoice) -> list[dict[str, Any]]:
+    rows = []
+    for opset in sorted(set(choice.predictions) | set(choice.legalized_predictions), reverse=True):
+        for legalized, costs in ((False, choice.costs), (True, choice.legalized_costs)):
+            if opset not in costs:
+                continue
+            estimate = costs[opset]
+            measured = choice.measured.get((opset, legalized))
+            rows.append(
+                {
+                    "opset": opset,
+                    "legalized": legalized,
+                    "predicted": {
+                        "memcpy": estimate.memcpy,
+                        "memcpy_bytes": estimate.memcpy_bytes,
+                        "fallback_nodes": estimate.fallback_nodes,
+                        "cost": estimate.cost,
+                    },
+                    "measured": None if measured is None else measured.to_dict(),
+                }
+            )
+    return rows
+
+
+def choice_report(
+    model: ir.Model, choice: EpLoweringChoice, *, model_name: str | None = None
+) -> dict[str, Any]:
+    """The report (module docstring) of a choice already made for ``model``."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "model": model_name if model_name is not None else (model.graph.name or ""),
+        "ep": choice.ep,
+        "ort_version": choice.ort_version,
+        "ort_version_assumed": choice.ort_version_assumed,
+        "table_source": choice.table_source,
+        "objective": {
+            "kind": "measured" if choice.measured else "estimate",
+            "dims": _input_dims(model, choice.dims),
+            "rates": cost.rates(),
+        },
+        "candidates": _candidate_rows(choice),
+        "chosen": {"opset": choice.chosen_opset, "legalized": choice.legalized},
+        "blocked": None if choice.blocked is None else str(choice.blocked),
+        "decisions": [d.to_dict() for d in choice.decisions],
+        "before": _side(choice.source_opset, choice.before),
+        "after": _side(choice.chosen_opset, choice.after),
+    }
+
+
 def placement_report(
     model: ir.Model,
     ep: str,
@@ -99,55 +193,26 @@ def placement_report(
     target_opset: int | None = None,
     table: KernelTable | None = None,
     legalize: bool = True,
+    dims: DimSizes | Mapping[str, int] | str | None = None,
+    measure: bool = False,
+    kernel_table: str | os.PathLike[str] | None = None,
     model_name: str | None = None,
 ) -> dict[str, Any]:
     """Predicted placement before and after lowering for ``ep`` (the model is not changed).
 
-    ``legalize`` as for :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass`;
-    ``model_name`` names the model in the report (default: its graph's name).
+    ``legalize``, ``dims``, ``measure`` and ``kernel_table`` as for
+    :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass`; ``model_name`` is the
+    report's ``model`` (the path given; default: the graph's name).
     """
-    assumed = table is None and ort_version is None
-    table = table or get_table(canonical_ep_name(ep), ort_version)
-    choice = choose_target_opset(model, table, target_opset=target_opset, legalize=legalize)
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "model": model_name or model.graph.name,
-        "ep": table.ep,
-        "ort_version": table.ort_version,
-        "ort_version_assumed": assumed and not table.source.startswith("live:"),
-        "table_source": table.source,
-        "chosen_opset": choice.chosen_opset,
-        "blocked": None if choice.blocked is None else str(choice.blocked),
-        "candidates": {
-            str(opset): {"fallback": len(p.fallback_nodes), "memcpy": p.memcpy}
-            for opset, p in sorted(choice.predictions.items(), reverse=True)
-        },
-        "legalized": choice.legalized,
-        "legalized_candidates": {
-            str(opset): {
-                "fallback": len(p.fallback_nodes),
-                "memcpy": p.memcpy,
-                "expanded": len(choice.plan.get(opset, ())),
-            }
-            for opset, p in sorted(choice.legalized_predictions.items(), reverse=True)
-        },
-        "decisions": [d.to_dict() for d in choice.decisions],
-        "ort_only_ops": _ort_only_ops(model),
-        "before": _side(choice.source_opset, choice.before),
-        "after": _side(choice.chosen_opset, choice.after),
-    }
-
-
-def _ort_only_ops(model: ir.Model) -> dict[str, int]:
-    """Default-domain ops ONNX does not define but ORT does: carried through lowering."""
-    graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
-    found = collections.Counter(
-        node.op_type
-        for graph in graphs
-        for node in ir.traversal.RecursiveGraphIterator(graph)
-        if node.domain in ("", "ai.onnx") and ort_only(node.op_type, node.domain)
+    assumed = table is None and ort_version is None and kernel_table is None
+    if table is None:
+        table = resolve_table(ep, ort_version, kernel_table=kernel_table, measure=measure)
+    choice = choose_target_opset(
+        model, table, target_opset=target_opset, legalize=legalize, dims=dims, measure=measure
     )
-    return dict(sorted(found.items()))
+    if assumed and not table.source.startswith("live:"):
+        choice = dataclasses.replace(choice, ort_version_assumed=True)
+    return choice_report(model, choice, model_name=model_name or model.graph.name)
 
 
 # -- text ----------------------------------------------------------------------------------
@@ -160,9 +225,8 @@ _MAX_NODE_NAMES = 3
 def _verdict(report: dict[str, Any], model_name: str | None) -> str:
     before, after = report["before"], report["after"]
     expanded = 0
-    if report.get("legalized"):
-        chosen = str(after["opset"])
-        expanded = (report.get("legalized_candidates") or {}).get(chosen, {}).get("expanded", 0)
+    if report["chosen"]["legalized"]:
+        expanded = sum(1 for d in report.get("decisions") or () if d["decision"] == "expand")
     return verdict(
         ep=report["ep"],
         ort_version=report["ort_version"],
@@ -173,33 +237,35 @@ def _verdict(report: dict[str, Any], model_name: str | None) -> str:
         cpu_nodes=(before["fallback"], after["fallback"]),
         expanded=expanded,
         assumed=bool(report.get("ort_version_assumed")),
-        model=model_name or report.get("model"),
+        model=model_name or os.path.basename(report.get("model") or "") or None,
     )
 
 
 def _candidates(report: dict[str, Any]) -> Table:
-    plain: dict[str, dict[str, Any]] = report["candidates"]
-    legal: dict[str, dict[str, Any]] = report.get("legalized_candidates") or {}
-    # Every numeric figure a candidate carries, in the order the report gives them.
-    keys = list(dict.fromkeys(k for c in plain.values() for k in c))
-    legal_keys = list(dict.fromkeys(k for c in legal.values() for k in c))
     table = Table(title="candidates", title_justify="left", box=box.SIMPLE_HEAD)
-    table.add_column("opset", justify="right")
-    for key in keys:
-        table.add_column(_FIGURE_NAMES.get(key, key), justify="right")
-    for key in legal_keys:
-        table.add_column(f"legalized: {_FIGURE_NAMES.get(key, key)}", justify="right")
+    for name in ("opset", "CPU nodes", "Memcpy", "bytes moved", "est. us"):
+        table.add_column(name, justify="right")
+    measured = any(c["measured"] for c in report["candidates"])
+    if measured:
+        for name in ("measured Memcpy", "measured ms"):
+            table.add_column(name, justify="right")
     table.add_column("")
-    chosen = str(report["chosen_opset"])
-    for opset in sorted({*plain, *legal}, key=int, reverse=True):
-        row = [opset]
-        row += [str(plain.get(opset, {}).get(k, "")) for k in keys]
-        row += [str(legal.get(opset, {}).get(k, "")) for k in legal_keys]
-        mark = ""
-        if opset == chosen:
-            mark = "chosen (legalized)" if report.get("legalized") else "chosen"
-        row.append(mark)
-        table.add_row(*row, style="bold" if mark else None)
+    chosen = report["chosen"]
+    for c in report["candidates"]:
+        p, m = c["predicted"], c["measured"]
+        row = [
+            f"{c['opset']}{' legalized' if c['legalized'] else ''}",
+            str(p["fallback_nodes"]),
+            str(p["memcpy"]),
+            str(p["memcpy_bytes"]),
+            f"{p['cost']:.1f}",
+        ]
+        if measured:
+            row += ["", ""] if m is None else [str(m["memcpy"]), f"{m['latency_ms']:.2f}"]
+        is_chosen = c["opset"] == chosen["opset"] and c["legalized"] == chosen["legalized"]
+        mark = "chosen (legalized)" if c["legalized"] else "chosen"
+        row.append(mark if is_chosen else "")
+        table.add_row(*row, style="bold" if is_chosen else None)
     return table
 
 
@@ -286,14 +352,6 @@ def render_report(
             )
         )
     parts.append(_candidates(report))
-    ort_only_ops = report.get("ort_only_ops") or {}
-    if ort_only_ops:
-        parts.append(
-            Text(
-                "ORT's own ops (not ONNX's), carried unchanged and placed by the kernel "
-                "table: " + ", ".join(f"{op} x{count}" for op, count in ort_only_ops.items())
-            )
-        )
     if report.get("blocked"):
         lines = str(report["blocked"]).splitlines()
         parts.append(Text(f"lower opsets are out of reach: {lines[0]}"))

@@ -22,10 +22,13 @@ from __future__ import annotations
 
 __all__ = ["lower_for_ep", "lower_program_opset"]
 
+import os
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import onnx_ir as ir
 
+from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
 from onnxscript_ep_passes.passes.lower_for_ep import (
     EpLoweringChoice,
@@ -62,6 +65,9 @@ def lower_for_ep(
     ort_version: str | None = None,
     target_opset: int | None = None,
     legalize: bool = True,
+    dims: DimSizes | Mapping[str, int] | str | None = None,
+    measure: bool = False,
+    kernel_table: str | os.PathLike[str] | None = None,
 ) -> EpLoweringChoice | None:
     """Lower ``program.model`` in place to the opset best for ``ep``; return the choice.
 
@@ -69,7 +75,15 @@ def lower_for_ep(
     line. See :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass` for the arguments
     (``legalize=False``: only choose the opset, never expand a node).
     """
-    lowering = LowerOpsetForEpPass(ep, ort_version, target_opset, legalize=legalize)
+    lowering = LowerOpsetForEpPass(
+        ep,
+        ort_version,
+        target_opset,
+        legalize=legalize,
+        dims=dims,
+        measure=measure,
+        kernel_table=kernel_table,
+    )
     result = lowering(_model_of(program))
     if result.modified:
         _model_changed(program)

@@ -1,56 +1,120 @@
-"""The one cost objective: what it counts and how candidates are ranked."""
+"""The one cost objective: bytes moved across the device boundary, CPU compute, EP compute,
+and how candidates are ranked."""
 
 from __future__ import annotations
 
-from onnxscript_ep_passes.ep.cost import PlacementCost, candidate_rank, placement_cost
-from onnxscript_ep_passes.ep.placement import NodePlacement, PlacementPrediction, Transfer
+import dataclasses
+import random
+
+import onnx
+import onnx.helper as oh
+import onnx_ir as ir
+
+from onnxscript_ep_passes.ep import KernelTable, predict_placement
+from onnxscript_ep_passes.ep.cost import (
+    MEMCPY_LATENCY_US,
+    CandidateRank,
+    PlacementCost,
+    best_candidate,
+    candidate_rank,
+    placement_cost,
+    undominated,
+)
+from onnxscript_ep_passes.ep.dims import DimSizes
+
+FLOAT = onnx.TensorProto.FLOAT
 
 
-def _prediction(fallback: int, shape: int, memcpy: int) -> PlacementPrediction:
-    nodes = [
-        NodePlacement(
-            f"f{i}", "Transpose", "", 25, "cpu", "no kernel", reason_code="no_kernel_version"
-        )
-        for i in range(fallback)
-    ]
-    nodes += [
-        NodePlacement(
-            f"s{i}",
-            "Shape",
-            "",
-            24,
-            "cpu",
-            "shape computation",
-            is_shape_computation=True,
-            reason_code="shape_computation",
-        )
-        for i in range(shape)
-    ]
-    nodes.append(NodePlacement("e", "Relu", "", 14, "ep", "kernel"))
-    transfers = [Transfer(f"v{i}", "MemcpyFromHost", "graph 'main'") for i in range(memcpy)]
-    return PlacementPrediction("X", "test", "1.0", tuple(nodes), tuple(transfers))
-
-
-def test_cost_counts_fallback_not_shape_computation() -> None:
-    cost = placement_cost(_prediction(fallback=2, shape=5, memcpy=3))
-    assert cost == PlacementCost(fallback_nodes=2, memcpy=3)
-    assert str(cost) == "2 fallback nodes, 3 Memcpy"
-
-
-def test_cost_improves_only_when_strictly_lower() -> None:
-    a = placement_cost(_prediction(1, 0, 4))
-    b = placement_cost(_prediction(1, 0, 2))
-    assert b.improves_on(a) and not a.improves_on(b) and not a.improves_on(a)
-    assert placement_cost(_prediction(0, 0, 9)).improves_on(a)  # fallback weighs first
-
-
-def test_rank_cost_first_then_replaced_then_higher_opset_then_plain() -> None:
-    cheap, dear = _prediction(0, 0, 1), _prediction(1, 0, 0)
-    assert candidate_rank(cheap, opset=18, replaced=50, legalized=True) < candidate_rank(
-        dear, opset=25
+def _chain(op: str) -> ir.Model:
+    """x -> Relu (EP) -> ``op`` (no EP kernel: CPU) -> Relu (EP) -> y."""
+    graph = oh.make_graph(
+        [
+            oh.make_node("Relu", ["x"], ["h"], name="first"),
+            oh.make_node(op, ["h", "w"] if op == "MatMul" else ["h"], ["c"], name="cpu"),
+            oh.make_node("Relu", ["c"], ["y"], name="relu"),
+        ],
+        "g",
+        [
+            oh.make_tensor_value_info("x", FLOAT, ["batch", "sequence_length", 16]),
+            oh.make_tensor_value_info("w", FLOAT, [16, 16]),
+        ],
+        [oh.make_tensor_value_info("y", FLOAT, None)],
     )
-    same = _prediction(0, 0, 1)
-    assert candidate_rank(same, opset=21, replaced=1) < candidate_rank(same, opset=24, replaced=2)
-    assert candidate_rank(same, opset=24) < candidate_rank(same, opset=23)
+    return ir.from_proto(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)]))
+
+
+_TABLE = KernelTable.from_rows("TestEP", "0.0", "test", [("", "Relu", 14, None, None)])
+
+
+def test_memcpy_bytes_follow_the_dims() -> None:
+    model = _chain("Sin")
+    prediction = predict_placement(model, _TABLE)
+    assert prediction.memcpy == 2  # h to host, c from host
+    small = placement_cost(prediction, model, DimSizes.of("batch=1,sequence_length=4"))
+    large = placement_cost(prediction, model, DimSizes.of("batch=2,sequence_length=64"))
+    assert small.memcpy_bytes == 2 * 1 * 4 * 16 * 4
+    assert large.memcpy_bytes == 2 * 2 * 64 * 16 * 4
+    assert small.transfer_us >= 2 * MEMCPY_LATENCY_US
+    assert large.cost > small.cost
+    assert small.fallback_nodes == 1 and small.cpu_nodes == 1
+
+
+def test_a_matmul_left_on_cpu_costs_more_than_an_elementwise_op() -> None:
+    sizes = DimSizes.of("batch=1,sequence_length=128")
+    sin, matmul = _chain("Sin"), _chain("MatMul")
+    cost_sin = placement_cost(predict_placement(sin, _TABLE), sin, sizes)
+    cost_matmul = placement_cost(predict_placement(matmul, _TABLE), matmul, sizes)
+    assert cost_matmul.cpu_flops > 10 * cost_sin.cpu_flops
+    assert cost_matmul.cpu_us > cost_sin.cpu_us
+
+
+def _estimate(bytes_: int, cpu_us: float, ep_us: float) -> PlacementCost:
+    return PlacementCost(
+        memcpy=1,
+        memcpy_bytes=bytes_,
+        fallback_nodes=0,
+        cpu_nodes=0,
+        cpu_flops=cpu_us,
+        ep_flops=ep_us,
+        transfer_us=bytes_ / 1000,
+        cpu_us=cpu_us,
+        ep_us=ep_us,
+    )
+
+
+def test_more_bytes_and_more_cpu_compute_never_wins() -> None:
+    # A is cheaper in total only through its EP compute; it moves more bytes and leaves
+    # more CPU compute than B, so it must not be chosen.
+    a = candidate_rank(_estimate(2000, 50.0, 0.0), opset=24)
+    b = candidate_rank(_estimate(1000, 40.0, 500.0), opset=21, replaced=5, legalized=True)
+    assert a.cost.cost < b.cost.cost
+    assert b.cost.dominates(a.cost) and not a.cost.improves_on(b.cost)
+    assert undominated([a, b], lambda c: c.cost) == [b]
+    assert best_candidate([a, b]) == b
+
+
+def test_dominance_rule_holds_on_random_candidates() -> None:
+    rng = random.Random(0)
+    for _ in range(300):
+        candidates = [
+            CandidateRank(
+                _estimate(rng.randint(0, 5) * 1000, rng.randint(0, 5) * 10.0, rng.random() * 300),
+                rng.randint(0, 3),
+                rng.randint(18, 25),
+                rng.random() < 0.5,
+            )
+            for _ in range(rng.randint(1, 6))
+        ]
+        best = best_candidate(candidates)
+        assert not any(c.cost.dominates(best.cost) for c in candidates)
+
+
+def test_ties_go_to_the_higher_opset_then_fewer_rewrites() -> None:
+    same = _estimate(100, 1.0, 1.0)
+    low = candidate_rank(same, opset=21)
+    high = candidate_rank(same, opset=23)
+    rewritten = candidate_rank(dataclasses.replace(same), opset=23, replaced=4, legalized=True)
+    plain_24 = candidate_rank(same, opset=24, replaced=1)
+    assert best_candidate([low, high, rewritten]) == high
+    assert best_candidate([low, plain_24]) == low  # fewer rewrites first, then higher opset
     assert candidate_rank(same, opset=24) < candidate_rank(same, opset=24, legalized=True)
-    assert candidate_rank(same, opset=24).opset == 24

@@ -418,9 +418,11 @@ def test_report_shows_decisions() -> None:
     model = ir.from_proto(_gelu_model(24))
     table = _table(_COMMON_OPS)
     report = placement_report(model, "dml", table=table)
-    assert {"ep", "chosen_opset", "blocked", "candidates", "before", "after"} <= set(report)
-    assert report["legalized"] is True
-    assert report["legalized_candidates"]["24"] == {"fallback": 0, "memcpy": 0, "expanded": 1}
+    assert {"ep", "chosen", "blocked", "candidates", "before", "after"} <= set(report)
+    assert report["chosen"] == {"opset": 24, "legalized": True}
+    (legalized_24,) = (c for c in report["candidates"] if c["opset"] == 24 and c["legalized"])
+    assert legalized_24["predicted"]["fallback_nodes"] == legalized_24["predicted"]["memcpy"] == 0
+    assert legalized_24["measured"] is None
     (decision,) = report["decisions"]
     assert decision["node"] == "gelu" and decision["decision"] == "expand"
     text = format_report(report)

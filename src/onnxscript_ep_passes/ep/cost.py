@@ -1,95 +1,216 @@
-"""The one cost objective that ranks ways of running a model on an execution provider.
+"""The one cost objective: what running a predicted placement costs, in estimated microseconds.
 
 Every decision that compares two predicted placements goes through this module: the
 opset choice (:mod:`~onnxscript_ep_passes.passes.lower_for_ep`), the legalization search
-(:mod:`~onnxscript_ep_passes.passes.legalize`) and the reports. Rules:
+(:mod:`~onnxscript_ep_passes.passes.legalize`), the optimize pipeline and the reports.
 
-1. :func:`placement_cost` is the objective: what running a predicted placement costs,
-   as a :class:`PlacementCost`. Lower is better; costs compare through
-   :meth:`PlacementCost.key` only. Today the objective is the number of nodes that fall
-   back to CPU for lack of a kernel (ORT's own choice to keep shape computations on CPU
-   is not a fallback), then the number of Memcpy nodes ORT would insert.
-2. :func:`candidate_rank` orders candidates (an opset, plain or legalized): the
-   objective first, then the fewest of the model's nodes replaced (so a native kernel at
-   a reachable opset beats an expansion), then the higher opset, then plain before
-   legalized. The tie-breaks never outweigh the objective.
-3. A rewrite is worth keeping only when it makes the objective strictly lower
-   (:meth:`PlacementCost.improves_on`).
+A fallback node is not a cost: ORT keeps small int64 shape arithmetic on CPU on purpose,
+and such a node moves a few bytes. What a user pays is data crossing the device boundary
+and real compute left on the CPU. :func:`placement_cost` prices a
+:class:`~onnxscript_ep_passes.ep.placement.PlacementPrediction` of a model:
+
+1. **Transfers.** Each predicted Memcpy costs ``MEMCPY_LATENCY_US`` (a copy and a stream
+   synchronisation) plus its bytes over ``LINK_BYTES_PER_US``. Its bytes are those of
+   the value it copies (:class:`~onnxscript_ep_passes.ep.compute.ValueSizes`), with
+   symbolic dimensions sized by :class:`~onnxscript_ep_passes.ep.dims.DimSizes`.
+2. **CPU compute.** Each node on CPU (fallback or ORT's shape-computation choice) costs
+   its work on the CPU, roofline style: ``max(flops / CPU_FLOPS_PER_US, bytes /
+   CPU_BYTES_PER_US)`` (:meth:`~onnxscript_ep_passes.ep.compute.ValueSizes.node_work`). An
+   Attention or MatMul on CPU dominates; an int64 ``Unsqueeze`` costs next to nothing.
+3. **EP compute**, the baseline: each node on the EP costs its work at the EP's rates
+   (``EP_FLOPS_PER_US``, ``EP_BYTES_PER_US``), so a rewrite that adds work on the EP
+   (an expansion materialising attention scores) pays for it.
+4. ``cost`` = transfers + CPU + EP, rounded to 0.001 us (equal placements tie exactly).
+   Node counts (fallback, CPU nodes, Memcpy) are reported, never compared.
+5. **Dominance** (:meth:`PlacementCost.dominates`): a candidate that moves strictly more
+   bytes across the boundary *and* leaves strictly more CPU compute than another never
+   wins, whatever its EP compute (:func:`undominated` filters candidates before the
+   cheapest is taken). A rewrite is worth keeping only when it lowers the cost without
+   being dominated (:meth:`PlacementCost.improves_on`).
+6. **Candidates** (an opset, plain or legalized) are ranked by :func:`candidate_rank`:
+   the cost, then the fewest of the model's nodes replaced (so at equal cost a native
+   kernel at a reachable opset beats an expansion), then the higher opset, then plain
+   before legalized; :func:`best_candidate` takes the best undominated one.
+
+The rates describe a generic discrete accelerator behind PCIe (10 us per Memcpy, 10 GB/s
+link, a 50 GFLOP/s / 20 GB/s CPU, a 5 TFLOP/s / 300 GB/s device). They rank candidates;
+they do not predict absolute latency (``--measure`` does).
 """
 
 from __future__ import annotations
 
-__all__ = ["CandidateRank", "PlacementCost", "candidate_rank", "placement_cost"]
+__all__ = [
+    "CPU_BYTES_PER_US",
+    "CPU_FLOPS_PER_US",
+    "EP_BYTES_PER_US",
+    "EP_FLOPS_PER_US",
+    "LINK_BYTES_PER_US",
+    "MEMCPY_LATENCY_US",
+    "CandidateRank",
+    "PlacementCost",
+    "best_candidate",
+    "candidate_rank",
+    "placement_cost",
+    "rates",
+    "undominated",
+]
 
 import dataclasses
-import functools
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+import onnx_ir as ir
+
+from onnxscript_ep_passes.ep.compute import UNKNOWN_ELEMENTS, NodeWork, ValueSizes
+from onnxscript_ep_passes.ep.dims import DimSizes
+from onnxscript_ep_passes.ep.shapes import infer_missing_shapes
 
 if TYPE_CHECKING:
     from onnxscript_ep_passes.ep.placement import PlacementPrediction
 
+MEMCPY_LATENCY_US = 10.0
+LINK_BYTES_PER_US = 10_000.0
+CPU_FLOPS_PER_US = 50_000.0
+CPU_BYTES_PER_US = 20_000.0
+EP_FLOPS_PER_US = 5_000_000.0
+EP_BYTES_PER_US = 300_000.0
 
-@functools.total_ordering
-@dataclasses.dataclass(frozen=True, eq=False)
+_UNKNOWN_WORK = NodeWork(float(UNKNOWN_ELEMENTS), 8.0 * UNKNOWN_ELEMENTS)
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
 class PlacementCost:
-    """What running one predicted placement costs (lower is better).
+    """The estimated cost of one predicted placement (module docstring).
 
     Attributes:
-        fallback_nodes: Nodes on CPU for lack of an EP kernel.
-        memcpy: Memcpy nodes ORT would insert between the EP and CPU.
+        memcpy: Predicted Memcpy nodes.
+        memcpy_bytes: Bytes they move per run.
+        fallback_nodes: Nodes on CPU for lack of a kernel (reported, not compared).
+        cpu_nodes: All nodes on CPU (reported, not compared).
+        cpu_flops, ep_flops: Operations left on CPU / run on the EP.
+        transfer_us, cpu_us, ep_us: The three parts of the cost.
     """
 
-    fallback_nodes: int
     memcpy: int
+    memcpy_bytes: int
+    fallback_nodes: int
+    cpu_nodes: int
+    cpu_flops: float
+    ep_flops: float
+    transfer_us: float
+    cpu_us: float
+    ep_us: float
 
-    def key(self) -> tuple[float, ...]:
-        """What costs are compared by, in order."""
-        return (self.fallback_nodes, self.memcpy)
+    @property
+    def cost(self) -> float:
+        """Estimated microseconds per run (lower is better)."""
+        return round(self.transfer_us + self.cpu_us + self.ep_us, 3)
+
+    def dominates(self, other: PlacementCost) -> bool:
+        """Strictly fewer bytes moved and strictly less CPU compute than ``other``."""
+        return self.memcpy_bytes < other.memcpy_bytes and self.cpu_us < other.cpu_us
 
     def improves_on(self, other: PlacementCost) -> bool:
-        """Strictly cheaper than ``other``."""
-        return self.key() < other.key()
+        """Worth switching to from ``other``: cheaper and not dominated by it."""
+        return self.cost < other.cost and not other.dominates(self)
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, PlacementCost):
-            return NotImplemented
-        return self.key() == other.key()
-
-    def __lt__(self, other: PlacementCost) -> bool:
-        return self.key() < other.key()
-
-    def __hash__(self) -> int:
-        return hash(self.key())
+    def to_dict(self) -> dict[str, float | int]:
+        return {**dataclasses.asdict(self), "cost": self.cost}
 
     def __str__(self) -> str:
-        return f"{self.fallback_nodes} fallback nodes, {self.memcpy} Memcpy"
+        return (
+            f"~{self.cost:.1f} us ({self.memcpy} Memcpy moving {self.memcpy_bytes} B, "
+            f"{self.cpu_flops:.3g} FLOPs on CPU)"
+        )
 
 
-def placement_cost(prediction: PlacementPrediction) -> PlacementCost:
-    """The objective: what running ``prediction`` on its EP costs (module docstring)."""
-    return PlacementCost(fallback_nodes=len(prediction.fallback_nodes), memcpy=prediction.memcpy)
+def undominated(items: Sequence[T], estimate: Callable[[T], PlacementCost]) -> list[T]:
+    """The items no other item dominates (rule 5), in their order."""
+    costs = [estimate(i) for i in items]
+    return [
+        item
+        for item, cost in zip(items, costs)
+        if not any(other.dominates(cost) for other in costs)
+    ]
 
 
-@dataclasses.dataclass(frozen=True, order=True)
+def placement_cost(
+    prediction: PlacementPrediction, model: ir.Model, sizes: DimSizes | None = None
+) -> PlacementCost:
+    """Price ``prediction``, a placement predicted for ``model`` (module docstring)."""
+    measure = ValueSizes(sizes or DimSizes(), infer_missing_shapes(model))
+    memcpy_bytes = 0
+    for transfer in prediction.transfers:
+        value = transfer.ir_value  # the model's value whose data the Memcpy copies
+        memcpy_bytes += measure.bytes(value) if value is not None else 4 * UNKNOWN_ELEMENTS
+    cpu_flops = ep_flops = cpu_us = ep_us = 0.0
+    for placed in prediction.nodes:
+        # A layout Transpose ORT adds, or a node of a schema's function body ORT inlines,
+        # has no node of the model to size it by.
+        sized = not placed.inserted_by_ort and not placed.inlined_by_ort
+        node = placed.node if sized else None
+        work = measure.node_work(node) if node is not None else _UNKNOWN_WORK
+        if placed.placement == "cpu":
+            cpu_flops += work.flops
+            cpu_us += max(work.flops / CPU_FLOPS_PER_US, work.bytes / CPU_BYTES_PER_US)
+        else:
+            ep_flops += work.flops
+            ep_us += max(work.flops / EP_FLOPS_PER_US, work.bytes / EP_BYTES_PER_US)
+    return PlacementCost(
+        memcpy=prediction.memcpy,
+        memcpy_bytes=memcpy_bytes,
+        fallback_nodes=len(prediction.fallback_nodes),
+        cpu_nodes=len(prediction.cpu_nodes),
+        cpu_flops=cpu_flops,
+        ep_flops=ep_flops,
+        transfer_us=prediction.memcpy * MEMCPY_LATENCY_US + memcpy_bytes / LINK_BYTES_PER_US,
+        cpu_us=cpu_us,
+        ep_us=ep_us,
+    )
+
+
+def rates() -> dict[str, float]:
+    """The rates the estimate uses (module docstring), by name."""
+    return {
+        "memcpy_latency_us": MEMCPY_LATENCY_US,
+        "link_bytes_per_us": LINK_BYTES_PER_US,
+        "cpu_flops_per_us": CPU_FLOPS_PER_US,
+        "cpu_bytes_per_us": CPU_BYTES_PER_US,
+        "ep_flops_per_us": EP_FLOPS_PER_US,
+        "ep_bytes_per_us": EP_BYTES_PER_US,
+    }
+
+
+@dataclasses.dataclass(frozen=True)
 class CandidateRank:
-    """Orders candidates: compared field by field, lower first (module docstring, rule 2)."""
+    """One candidate (an opset, plain or legalized) and what ranks it (rule 6)."""
 
     cost: PlacementCost
     replaced: int
-    negative_opset: int
+    opset: int
     legalized: bool
 
-    @property
-    def opset(self) -> int:
-        return -self.negative_opset
+    def key(self) -> tuple[float, int, int, int]:
+        """Cost, then the model's nodes replaced, higher opset, plain before legalized."""
+        return (self.cost.cost, self.replaced, -self.opset, int(self.legalized))
+
+    def __lt__(self, other: CandidateRank) -> bool:
+        return self.key() < other.key()
 
 
 def candidate_rank(
-    prediction: PlacementPrediction, *, opset: int, replaced: int = 0, legalized: bool = False
+    cost: PlacementCost, *, opset: int, replaced: int = 0, legalized: bool = False
 ) -> CandidateRank:
-    """The rank of the candidate ``opset`` (legalized or not) whose placement is ``prediction``.
+    """The rank of the candidate ``opset`` (legalized or not) that costs ``cost``.
 
     ``replaced`` counts the model's nodes the candidate rewrote (by the lowering's
     adapters, or by legalization's expansions).
     """
-    return CandidateRank(placement_cost(prediction), replaced, -opset, legalized)
+    return CandidateRank(cost, replaced, opset, legalized)
+
+
+def best_candidate(candidates: Sequence[CandidateRank]) -> CandidateRank:
+    """The best of the candidates no other dominates (rules 5-6)."""
+    return min(undominated(candidates, lambda c: c.cost), key=CandidateRank.key)

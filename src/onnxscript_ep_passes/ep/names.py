@@ -36,6 +36,12 @@ EP_ALIASES: Mapping[str, str] = {
     "webgpuexecutionprovider": WEBGPU_EP,
     "cpu": CPU_EP,
     "cpuexecutionprovider": CPU_EP,
+    "tensorrt": "TensorrtExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider",
+    "qnn": "QNNExecutionProvider",
+    "coreml": "CoreMLExecutionProvider",
+    "rocm": "ROCMExecutionProvider",
+    "migraphx": "MIGraphXExecutionProvider",
 }
 """Accepted spellings (case-insensitive) of each supported EP, mapped to ORT's name."""
 
@@ -43,15 +49,20 @@ EP_ALIASES: Mapping[str, str] = {
 def canonical_ep_name(ep: str) -> str:
     """Return ORT's provider name for ``ep`` ("webgpu", "cuda", "dml"/"directml", "cpu" ...).
 
+    Any ``<Name>ExecutionProvider`` is accepted as ORT spells it (an EP without a shipped
+    kernel table needs ``--kernel-table`` or ``--measure``).
+
     Raises:
         ValueError: ``ep`` is not a supported EP name or alias.
     """
     key = ep.strip().lower()
     if key in EP_ALIASES:
         return EP_ALIASES[key]
+    if key.endswith("executionprovider") and key.isalnum():
+        return ep.strip()  # any other EP, by ORT's own name
     raise ValueError(
-        f"Unknown execution provider {ep!r}; expected one of "
-        f"{sorted(set(EP_ALIASES.values()))} or an alias {sorted(k for k in EP_ALIASES if k.isalpha() and len(k) < 10)}"
+        f"Unknown execution provider {ep!r}; expected ORT's name of an EP (like "
+        f"{sorted(set(EP_ALIASES.values()))}) or an alias {sorted(k for k in EP_ALIASES if k.isalpha() and len(k) < 10)}"
     )
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "PlacementMeasurement",
     "make_session_options",
     "measure_placement",
+    "measured_session",
 ]
 
 import collections
@@ -177,6 +178,25 @@ def measure_placement(
 ) -> PlacementMeasurement:
     """Create a real ORT session for ``model`` on ``ep`` and report where ORT placed nodes.
 
+    As :func:`measured_session`, without the session.
+    """
+    return measured_session(
+        model,
+        ep,
+        graph_optimization_level=graph_optimization_level,
+        provider_options=provider_options,
+    )[1]
+
+
+def measured_session(
+    model: str | os.PathLike[str] | bytes | onnx.ModelProto,
+    ep: str = "webgpu",
+    *,
+    graph_optimization_level: Any | None = None,
+    provider_options: Mapping[str, str] | None = None,
+) -> tuple[Any, PlacementMeasurement]:
+    """A real ORT session for ``model`` on ``ep``, and where ORT placed its nodes.
+
     Args:
         model: A path, serialized bytes or a ``ModelProto``.
         ep: ``"webgpu"`` (the plugin) or a built-in EP available in the installed ORT
@@ -242,4 +262,4 @@ def measure_placement(
             "an EP measurement"
         )
     logger.debug("Measured placement on %s: %s", canonical, measurement.summary())
-    return measurement
+    return sess, measurement

@@ -15,7 +15,7 @@ rewrites such nodes, at the model's opset, when that moves work onto the EP. Rul
    defines it (:func:`~onnxscript_ep_passes.lowering.expansion.expand_node`).
 3. **Static shape folding** of the body's nodes (and of the nodes a lowering built):
    :mod:`.static_shapes`.
-4. **Cost decision.** An expansion is kept only when the predicted placement of the whole
+4. **Cost decision.** An expansion is kept only when the estimated cost of the whole
    model gets strictly cheaper under the EP cost objective
    (:func:`~onnxscript_ep_passes.ep.cost.placement_cost`). The fallback nodes of one op
    type are tried together first; when that does not pay, up to ``_MAX_SINGLE_TRIES`` of
@@ -48,13 +48,14 @@ __all__ = [
 import collections
 import dataclasses
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
 import onnx_ir as ir
 
 from onnxscript_ep_passes._copies import align, copy_with_origins
 from onnxscript_ep_passes.ep.cost import placement_cost
+from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.names import CPU_EP, canonical_ep_name
 from onnxscript_ep_passes.ep.placement import (
@@ -184,10 +185,11 @@ def _inlined_parents(prediction: PlacementPrediction) -> list[ir.Node]:
 class _Search:
     """One legalization search over a model (rule 4)."""
 
-    def __init__(self, model: ir.Model, table: KernelTable, opset: int) -> None:
+    def __init__(self, model: ir.Model, table: KernelTable, opset: int, sizes: DimSizes) -> None:
         self.model = model
         self.table = table
         self.opset = opset
+        self.sizes = sizes
         self.expanded: list[ir.Node] = []
         self.expanded_ops: collections.Counter[str] = collections.Counter()
         self.kept_on_cpu: dict[ir.Node, str] = {}
@@ -267,7 +269,8 @@ class _Search:
             return [], current, f"cannot be expanded: {next(iter(failed.values()))}"
         done = [n for n in nodes if into_trial[n] not in failed]
         prediction = predict_placement(trial, self.table)
-        old, new = placement_cost(current), placement_cost(prediction)
+        old = placement_cost(current, self.model, self.sizes)
+        new = placement_cost(prediction, trial, self.sizes)
         if not new.improves_on(old):
             return [], current, f"expanding it would not help: predicted {new} instead of {old}"
         again = _expand_and_fold(done, self.model, self.opset)
@@ -281,6 +284,7 @@ def legalize(
     *,
     built: Iterable[ir.Node] = (),
     prediction: PlacementPrediction | None = None,
+    dims: DimSizes | None = None,
 ) -> LegalizationResult:
     """Legalize ``model`` in place for ``table``'s EP at its current opset (module docstring).
 
@@ -292,6 +296,7 @@ def legalize(
         prediction: The model's predicted placement on ``table``, when already known
             (used only when nothing was folded); its records must point at ``model``'s
             nodes.
+        dims: Sizes of symbolic dimensions for the cost estimate (defaults if None).
 
     Returns:
         The decisions, the expanded nodes and the predictions before and after.
@@ -303,9 +308,13 @@ def legalize(
     if prediction is None or folded:
         prediction = predict_placement(model, table)
     before = prediction
-    search = _Search(model, table, opset)
+    sizes = dims or DimSizes()
+    before_cost = placement_cost(before, model, sizes)
+    search = _Search(model, table, opset, sizes)
     after = search.run(before)
-    decisions = _decisions(before, after, search, opset)
+    after_cost = placement_cost(after, model, sizes) if search.expanded else before_cost
+    gain = f"predicted {before_cost} -> {after_cost}"
+    decisions = _decisions(before, gain, search, opset)
     if search.expanded:  # one of many trials in an EP search: the EP pass logs the summary
         logger.debug(
             "Legalized '%s' for %s at opset %d: expanded %d nodes (%s); predicted %s -> %s",
@@ -314,17 +323,16 @@ def legalize(
             opset,
             len(search.expanded),
             ", ".join(f"{op} x{n}" for op, n in sorted(search.expanded_ops.items())),
-            placement_cost(before),
-            placement_cost(after),
+            before_cost,
+            after_cost,
         )
     return LegalizationResult(opset, decisions, search.expanded, folded, before, after)
 
 
 def _decisions(
-    before: PlacementPrediction, after: PlacementPrediction, search: _Search, opset: int
+    before: PlacementPrediction, gain: str, search: _Search, opset: int
 ) -> list[LegalizationDecision]:
     expanded = set(search.expanded)
-    gain = f"predicted {placement_cost(before)} -> {placement_cost(after)}"
     decisions: list[LegalizationDecision] = []
     for placed in before.fallback_nodes:
         if placed.inserted_by_ort or placed.inlined_by_ort or placed.node is None:
@@ -391,31 +399,35 @@ class LegalizeForEpPass(ir.passes.InPlacePass):
         ep: The EP, by ORT name or alias ("webgpu", "cuda", "dml").
         ort_version: The ORT release; None for the installed one.
         table: A kernel table to use instead of looking one up.
+        dims: Sizes of symbolic dimensions for the cost estimate (:mod:`..ep.dims`).
 
     The pass returns a :class:`LegalizeForEpResult`.
     """
 
     def __init__(
-        self, ep: str, ort_version: str | None = None, *, table: KernelTable | None = None
+        self,
+        ep: str,
+        ort_version: str | None = None,
+        *,
+        table: KernelTable | None = None,
+        dims: DimSizes | Mapping[str, int] | str | None = None,
     ) -> None:
         super().__init__()
         self.ep = canonical_ep_name(ep)
         self.ort_version = ort_version
         self.table = table
+        self.dims = DimSizes.of(dims)
 
     def call(self, model: ir.Model) -> LegalizeForEpResult:
         if self.ep == CPU_EP:
             return LegalizeForEpResult(model, False)
-        table = self.table or get_table(self.ep, self.ort_version)
-        result = legalize(model, table)
+        table = self.table if self.table is not None else get_table(self.ep, self.ort_version)
+        result = legalize(model, table, dims=self.dims)
         logger.info(
-            "Legalized '%s' for %s at opset %d: %d nodes expanded%s",
+            "Legalized '%s' for %s at opset %d: %d nodes expanded",
             model.graph.name,
             table.ep,
             result.opset,
             len(result.expanded),
-            f"; predicted {placement_cost(result.before)} -> {placement_cost(result.after)}"
-            if result.before is not None and result.after is not None
-            else "",
         )
         return LegalizeForEpResult(model, result.modified, result)

@@ -10,9 +10,13 @@ Rules the pass follows:
    the model is predicted to run wholly on the EP (no fallback, no Memcpy): a lower one
    could only tie, and ties go to the higher opset.
 3. For each candidate, ORT's placement is predicted from the EP's kernel table
-   (:func:`~onnxscript_ep_passes.ep.placement.predict_placement`). The pass picks the
-   candidate of lowest cost (:mod:`~onnxscript_ep_passes.ep.cost`, the one objective);
-   ties go to the higher opset (fewer rewrites).
+   (:func:`~onnxscript_ep_passes.ep.placement.predict_placement`) and priced by the one
+   objective (:func:`~onnxscript_ep_passes.ep.cost.placement_cost`: the bytes each Memcpy
+   moves, the compute left on CPU, the EP's own compute as the baseline; symbolic
+   dimensions sized by ``dims``). A candidate that moves strictly more bytes and leaves
+   strictly more CPU compute than another is never chosen; the cheapest of the rest is
+   (:func:`~onnxscript_ep_passes.ep.cost.best_candidate`); ties go to the higher opset
+   (fewer rewrites). Node counts are reported, never compared.
 4. An explicit ``target_opset`` overrides the choice (and is refused as usual when the
    model cannot reach it).
 5. It logs one INFO line per run (the choice's summary and, when the model changes, the
@@ -38,30 +42,43 @@ Rules the pass follows:
 7. Nodes of the copies are related to the model's by structure when a copy is made
    (:mod:`~onnxscript_ep_passes._copies`), never by name. The pass's result is an
    :class:`EpLoweringResult` holding the choice.
+8. **Measuring** (``measure=True``, :mod:`.candidates`): the best few candidates by
+   estimate, the source, the best plain and the best legalized one run in real ORT
+   sessions on the EP; the fastest wins (:attr:`EpLoweringChoice.measured`). An EP
+   without a kernel table has every reachable opset measured.
 """
 
 from __future__ import annotations
 
 __all__ = [
     "CPU_EPS",
+    "MEASURE_TOP",
     "EpLoweringChoice",
     "EpLoweringResult",
     "LowerOpsetForEpPass",
+    "candidate_models",
     "choose_target_opset",
 ]
 
 import collections
 import dataclasses
 import logging
+import os
+from collections.abc import Mapping
 
 import onnx_ir as ir
 
-from onnxscript_ep_passes._copies import Correspondence, adopt, copy_with_origins
-from onnxscript_ep_passes.ep.cost import CandidateRank, candidate_rank
+from onnxscript_ep_passes._copies import adopt, copy_with_origins
+from onnxscript_ep_passes.ep.cost import (
+    PlacementCost,
+    best_candidate,
+)
+from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
+from onnxscript_ep_passes.ep.measure import CandidateMeasurement
 from onnxscript_ep_passes.ep.names import CPU_EP, canonical_ep_name
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
-from onnxscript_ep_passes.ep.table_choice import get_table
+from onnxscript_ep_passes.ep.table_source import MEASURED_ONLY, resolve_table
 from onnxscript_ep_passes.errors import DowngradeError
 from onnxscript_ep_passes.lowering.lower_opset import (
     MIN_TARGET_OPSET,
@@ -69,7 +86,15 @@ from onnxscript_ep_passes.lowering.lower_opset import (
     default_opset,
     run_lowering,
 )
-from onnxscript_ep_passes.passes.legalize import LegalizationDecision, LegalizationResult, legalize
+from onnxscript_ep_passes.passes.candidates import (
+    MEASURE_TOP,
+    Candidate,
+    CandidateSearch,
+    SearchSettings,
+    WorkState,
+    measure_candidates,
+)
+from onnxscript_ep_passes.passes.legalize import LegalizationDecision
 from onnxscript_ep_passes.progress import track
 from onnxscript_ep_passes.verdict import verdict
 
@@ -96,6 +121,10 @@ class EpLoweringChoice:
             without legalization, at the chosen one.
         plan: The nodes each legalized candidate expanded (nodes of that candidate's copy
             of the model), per opset.
+        costs, legalized_costs: The estimated cost of each plain / legalized candidate.
+        dims: The sizes the estimate gave the symbolic dimensions.
+        measured: With ``measure``, the real session's figures per ``(opset, legalized)``
+            candidate measured.
         ort_version_assumed: The caller named no ORT release and the table is a shipped
             snapshot (not listed from the installed ORT): ``ort_version`` is a default.
     """
@@ -111,6 +140,10 @@ class EpLoweringChoice:
     legalized_predictions: dict[int, PlacementPrediction] = dataclasses.field(default_factory=dict)
     decisions: tuple[LegalizationDecision, ...] = ()
     plan: dict[int, tuple[ir.Node, ...]] = dataclasses.field(default_factory=dict)
+    costs: dict[int, PlacementCost] = dataclasses.field(default_factory=dict)
+    legalized_costs: dict[int, PlacementCost] = dataclasses.field(default_factory=dict)
+    dims: DimSizes = dataclasses.field(default_factory=DimSizes)
+    measured: dict[tuple[int, bool], CandidateMeasurement] = dataclasses.field(default_factory=dict)
     ort_version_assumed: bool = False
 
     @property
@@ -122,6 +155,13 @@ class EpLoweringChoice:
         if self.legalized:
             return self.legalized_predictions[self.chosen_opset]
         return self.predictions[self.chosen_opset]
+
+    @property
+    def after_cost(self) -> PlacementCost:
+        """The estimated cost of the chosen candidate."""
+        if self.legalized:
+            return self.legalized_costs[self.chosen_opset]
+        return self.costs[self.chosen_opset]
 
     @property
     def expanded(self) -> tuple[ir.Node, ...]:
@@ -159,133 +199,41 @@ class EpLoweringChoice:
         )
 
 
-@dataclasses.dataclass
-class _Candidate:
-    """One way to run the model: an opset, plain or legalized."""
-
-    opset: int
-    legalized: bool
-    prediction: PlacementPrediction
-    rank: CandidateRank
-    origin: Correspondence | None  # the candidate's copy -> the model; None: the model itself
-    legalization: LegalizationResult | None = None
-    model: ir.Model | None = None  # kept for the best legalized candidate only
-
-    def model_node(self, node: ir.Node) -> ir.Node:
-        """The model's node ``node`` (of this candidate's copy) stands for; a node built on
-        the copy stands for itself."""
-        return node if self.origin is None else self.origin.nodes.get(node, node)
-
-
-class _Search:
-    """The candidates of one model on one kernel table (module docstring, rules 2-6)."""
-
-    def __init__(self, table: KernelTable, wanted: int | None) -> None:
-        self.table = table
-        self.wanted = wanted  # the only opset that may be chosen (target_opset), if any
-        self.plain: dict[int, _Candidate] = {}
-        self.legalized: dict[int, _Candidate] = {}  # those where legalization changed something
-        self.legalizations: dict[int, _Candidate] = {}  # every legalization tried
-        self.best_legalized: _Candidate | None = None
-        self.blocked: DowngradeError | None = None
-
-    def add_plain(
-        self,
-        opset: int,
-        prediction: PlacementPrediction,
-        origin: Correspondence | None,
-        replaced: int,
-    ) -> _Candidate:
-        rank = candidate_rank(prediction, opset=opset, replaced=replaced)
-        candidate = _Candidate(opset, False, prediction, rank, origin)
-        self.plain[opset] = candidate
-        return candidate
-
-    def add_legalized(
-        self,
-        base: ir.Model,
-        plain: _Candidate,
-        built: set[ir.Node],
-        replaced: int,
-    ) -> None:
-        """Legalize a copy of ``base`` (the copy ``plain`` was predicted on)."""
-        variant, to_base = copy_with_origins(base)
-        into_variant = to_base.inverse()
-        ordered_built = [
-            n
-            for n in ir.traversal.RecursiveGraphIterator(variant.graph)
-            if to_base.nodes[n] in built
-        ]
-        result = legalize(
-            variant,
-            self.table,
-            built=ordered_built,
-            prediction=plain.prediction.translated(into_variant),
-        )
-        origin = to_base if plain.origin is None else to_base.then(plain.origin)
-        replaced += sum(1 for n in result.expanded if n in origin.nodes)
-        rank = candidate_rank(result.after, opset=plain.opset, replaced=replaced, legalized=True)
-        candidate = _Candidate(plain.opset, True, result.after, rank, origin, result)
-        self.legalizations[plain.opset] = candidate
-        if not result.modified:
-            return
-        self.legalized[plain.opset] = candidate
-        if self.wanted is not None and plain.opset != self.wanted:
-            return
-        if self.best_legalized is None or rank < self.best_legalized.rank:
-            if self.best_legalized is not None:
-                self.best_legalized.model = None
-            candidate.model = variant
-            self.best_legalized = candidate
-
-    def lower_and_predict(self, work: ir.Model, target: int, state: _WorkState) -> _Candidate:
-        result = run_lowering(work, target)
-        state.built.update(result.built)
-        state.replaced.update(
-            state.origin.nodes[n] for n in result.replaced if n in state.origin.nodes
-        )
-        plain = self.add_plain(
-            target, predict_placement(work, self.table), state.origin, len(state.replaced)
-        )
-        return plain
-
-
-@dataclasses.dataclass
-class _WorkState:
-    """The working copy's relation to the model, as it is lowered step by step."""
-
-    origin: Correspondence
-    built: set[ir.Node] = dataclasses.field(default_factory=set)
-    replaced: set[ir.Node] = dataclasses.field(default_factory=set)  # the model's nodes
-
-
 def _search(
     model: ir.Model,
     table: KernelTable,
     target_opset: int | None,
     floor: int,
     legalize: bool,
-) -> tuple[EpLoweringChoice, ir.Model | None]:
-    """The choice, and the chosen legalized candidate's model (None when plain is chosen)."""
+    settings: SearchSettings,
+) -> tuple[EpLoweringChoice, ir.Model | None, CandidateSearch]:
+    """The choice, the chosen legalized candidate's model (None when plain is chosen), and
+    the search (its candidates)."""
     source = default_opset(model.opset_imports)
     if source is None:
         raise ValueError("the model imports no ai.onnx opset")
+    measure_top, distinct = settings.measure_top, True
+    if table.source == MEASURED_ONLY:  # no kernel table: measure every reachable opset
+        if not settings.measure:
+            raise ValueError(f"{table.ep} has no kernel table: only measuring can choose")
+        legalize, measure_top, distinct = False, 100, False
     wanted = None if target_opset is None else min(target_opset, source)
-    search = _Search(table, wanted)
-    source_plain = search.add_plain(source, predict_placement(model, table), None, 0)
+    keep = settings.keep_models or settings.measure
+    search = CandidateSearch(table, wanted, settings.sizes, keep)
+    source_plain = search.add_plain(source, predict_placement(model, table), None, 0, model)
     if legalize:
         search.add_legalized(model, source_plain, set(), 0)
     if target_opset is not None and target_opset < source:
         work, origin = copy_with_origins(model)
-        state = _WorkState(origin)
+        state = WorkState(origin)
         plain = search.lower_and_predict(work, target_opset, state)
         if legalize:
             search.add_legalized(work, plain, state.built, len(state.replaced))
     elif not _wholly_on_ep(source_plain.prediction):
         work, origin = copy_with_origins(model)
-        state = _WorkState(origin)
-        candidates = range(source - 1, floor - 1, -1)
-        for opset in track(candidates, f"{table.ep}: candidate opsets"):
+        state = WorkState(origin)
+        opsets = range(source - 1, floor - 1, -1)
+        for opset in track(opsets, f"{table.ep}: candidate opsets"):
             try:
                 plain = search.lower_and_predict(work, opset, state)
             except DowngradeError as error:
@@ -298,7 +246,11 @@ def _search(
     pool = [*search.plain.values(), *search.legalized.values()]
     if wanted is not None:
         pool = [c for c in pool if c.opset == wanted]
-    chosen = min(pool, key=lambda c: c.rank)
+    best = best_candidate([c.rank for c in pool])
+    chosen = next(c for c in pool if c.rank is best)
+    measured: dict[tuple[int, bool], CandidateMeasurement] = {}
+    if settings.measure:
+        chosen = measure_candidates(pool, source, table, settings, measure_top, distinct, measured)
     decisions = _decisions(search.plain[source], chosen, search.legalizations.get(chosen.opset))
     choice = EpLoweringChoice(
         ep=table.ep,
@@ -316,8 +268,12 @@ def _search(
             for o, c in search.legalized.items()
             if c.legalization is not None
         },
+        costs={o: c.rank.cost for o, c in search.plain.items()},
+        legalized_costs={o: c.rank.cost for o, c in search.legalized.items()},
+        dims=settings.sizes,
+        measured=measured,
     )
-    return choice, chosen.model if chosen.legalized else None
+    return choice, chosen.model if chosen.legalized else None, search
 
 
 def choose_target_opset(
@@ -327,14 +283,38 @@ def choose_target_opset(
     target_opset: int | None = None,
     floor: int = MIN_TARGET_OPSET,
     legalize: bool = True,
+    dims: DimSizes | Mapping[str, int] | str | None = None,
+    measure: bool = False,
+    measure_top: int = MEASURE_TOP,
+    measure_runs: int = 10,
 ) -> EpLoweringChoice:
     """Predict placement at each reachable opset and pick the best (see module docstring).
 
     ``model`` is not modified. With ``target_opset``, only the source and that opset are
     evaluated (and :class:`DowngradeError` propagates when it cannot be reached). With
-    ``legalize``, each candidate opset also gets a legalized variant (rule 6).
-    """
-    return _search(model, table, target_opset, floor, legalize)[0]
+    ``legalize``, each candidate opset also gets a legalized variant (rule 6); ``dims``
+    sizes symbolic dimensions (:class:`DimSizes`); ``measure``: rule 8."""
+    settings = SearchSettings(DimSizes.of(dims), measure, measure_top, measure_runs)
+    return _search(model, table, target_opset, floor, legalize, settings)[0]
+
+
+def candidate_models(
+    model: ir.Model,
+    table: KernelTable,
+    *,
+    legalize: bool = True,
+    dims: DimSizes | Mapping[str, int] | str | None = None,
+) -> tuple[EpLoweringChoice, dict[tuple[int, bool], ir.Model]]:
+    """The choice, and a copy of the model (sharing its weights) for every candidate
+    ``(opset, legalized)`` it weighed (for benchmarks: run each one)."""
+    settings = SearchSettings(DimSizes.of(dims), keep_models=True)
+    choice, _, search = _search(model, table, None, MIN_TARGET_OPSET, legalize, settings)
+    models = {
+        (c.opset, c.legalized): c.model
+        for c in [*search.plain.values(), *search.legalized.values()]
+        if c.model is not None
+    }
+    return choice, models
 
 
 def _wholly_on_ep(prediction: PlacementPrediction) -> bool:
@@ -342,7 +322,7 @@ def _wholly_on_ep(prediction: PlacementPrediction) -> bool:
 
 
 def _decisions(
-    source: _Candidate, chosen: _Candidate, variant: _Candidate | None
+    source: Candidate, chosen: Candidate, variant: Candidate | None
 ) -> tuple[LegalizationDecision, ...]:
     """One decision per node falling back at the source or at the chosen opset.
 
@@ -431,6 +411,15 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
         table: A kernel table to use instead of looking one up.
         legalize: Also consider legalized candidates (module docstring, rule 6); False
             gives the plain opset choice.
+        dims: Sizes of the model's symbolic dimensions for the cost estimate
+            (``{"batch": 1, "sequence_length": 128}``, a ``--dims`` string, or None for
+            the defaults of :mod:`~onnxscript_ep_passes.ep.dims`).
+        measure: Measure the top candidates in real sessions on the EP and pick the
+            fastest (module docstring, rule 8). An EP with no kernel table (no live
+            listing, no snapshot, no ``kernel_table``) is then handled by measuring
+            every reachable opset.
+        kernel_table: A file with the EP's kernels in the snapshot format, for an EP
+            without a shipped table (:mod:`~onnxscript_ep_passes.ep.table_source`).
 
     The pass returns an :class:`EpLoweringResult`.
     """
@@ -443,6 +432,9 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
         *,
         table: KernelTable | None = None,
         legalize: bool = True,
+        dims: DimSizes | Mapping[str, int] | str | None = None,
+        measure: bool = False,
+        kernel_table: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
         self.ep = canonical_ep_name(ep)
@@ -450,14 +442,22 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
         self.target_opset = target_opset
         self.table = table
         self.legalize = legalize
+        self.dims = DimSizes.of(dims)
+        self.measure = measure
+        self.kernel_table = kernel_table
 
     def call(self, model: ir.Model) -> EpLoweringResult:
         if self.ep in CPU_EPS:
             logger.debug("%s runs every opset: nothing to lower", self.ep)
             return EpLoweringResult(model, False)
-        table = self.table or get_table(self.ep, self.ort_version)
-        choice, legalized_model = _search(
-            model, table, self.target_opset, MIN_TARGET_OPSET, self.legalize
+        table = self.table
+        if table is None:
+            table = resolve_table(
+                self.ep, self.ort_version, kernel_table=self.kernel_table, measure=self.measure
+            )
+        settings = SearchSettings(self.dims, self.measure)
+        choice, legalized_model, _ = _search(
+            model, table, self.target_opset, MIN_TARGET_OPSET, self.legalize, settings
         )
         if self.table is None and self.ort_version is None and not table.source.startswith("live:"):
             choice = dataclasses.replace(choice, ort_version_assumed=True)

@@ -35,6 +35,7 @@ import onnx.helper
 import onnx.reference
 import onnx_ir as ir
 
+from onnxscript_ep_passes.ep.shapes import small_constant
 from onnxscript_ep_passes.lowering import schemas
 
 logger = logging.getLogger(__name__)
@@ -53,15 +54,8 @@ _NONDETERMINISTIC = frozenset(
 
 
 def _const_array(value: ir.Value | None, max_elements: int) -> np.ndarray | None:
-    if value is None:
-        return None
-    try:
-        tensor = ir.convenience.get_const_tensor(value)
-    except ValueError:
-        return None
-    if tensor is None or tensor.size > max_elements:
-        return None
-    return tensor.numpy()
+    tensor = small_constant(value, max_elements)
+    return None if tensor is None else tensor.numpy()
 
 
 def _static_dims(node: ir.Node) -> list[int] | None:

@@ -1,0 +1,37 @@
+"""Help of the ``onnxscript-ep-passes`` commands kept apart from their definitions in
+:mod:`.cli`: the examples each command shows, and the EP objective's options (``--dims``,
+``--measure``, ``--kernel-table``) that ``lower --ep`` and ``report`` share."""
+
+__all__ = ["LOWER_EXAMPLES", "OPTIMIZE_EXAMPLES", "REPORT_EXAMPLES", "objective_arguments"]
+
+import argparse
+
+LOWER_EXAMPLES = """\
+  # lower exactly to opset 23 (weights stay in OUT.onnx.data, next to OUT)
+  onnxscript-ep-passes lower model.onnx -o model-23.onnx --target-opset 23
+  # lower to the opset that puts most of the model on WebGPU (installed ORT, live table)
+  onnxscript-ep-passes lower model.onnx -o model-webgpu.onnx --ep webgpu
+  # for CUDA on ORT 1.24, choosing the opset only (expand no node)
+  onnxscript-ep-passes lower model.onnx -o model-cuda.onnx --ep cuda --ort-version 1.24 --no-legalize"""
+
+REPORT_EXAMPLES = """\
+  # where the nodes of model.onnx land on WebGPU now and after lowering
+  onnxscript-ep-passes report model.onnx --ep webgpu
+  # on CUDA with ORT 1.24 (a shipped kernel table), every op listed
+  onnxscript-ep-passes report model.onnx --ep cuda --ort-version 1.24 --all
+  # the same as one JSON object, for scripts
+  onnxscript-ep-passes report model.onnx --ep cuda --ort-version 1.24 --json"""
+
+OPTIMIZE_EXAMPLES = """\
+  # fuse into WebGPU's kernels (GroupQueryAttention, ...), lower, optimize; each fusion verified
+  onnxscript-ep-passes optimize model.onnx -o model-webgpu.onnx --ep webgpu --report-json fused.json"""
+
+
+def objective_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the EP objective's options to ``parser``."""
+    dims_help = "sizes of symbolic dimensions (default: 'batch' 1, 'past' 128, others 128)"
+    parser.add_argument("--dims", metavar="NAME=SIZE,...", help=dims_help)
+    measure_help = "run the best candidates in real ORT sessions on the EP; keep the fastest"
+    parser.add_argument("--measure", action="store_true", help=measure_help)
+    table_help = "the EP's kernels in the snapshot TSV format (an EP without a shipped table)"
+    parser.add_argument("--kernel-table", metavar="FILE", help=table_help)

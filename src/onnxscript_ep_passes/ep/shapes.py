@@ -1,0 +1,136 @@
+"""Shapes for values a model leaves without one, inferred node by node (model untouched).
+
+Exports declare the shape of nearly every value, but nodes built by a rewrite (a lowering,
+a function-body expansion) or hand-made models often do not. The cost estimate needs
+those shapes; this module infers them without changing the model. Rules:
+
+1. Nodes are visited in graph order (subgraphs included); a node with an output of
+   unknown shape (or type) whose inputs all have a known type gets ONNX's per-node
+   inference (``onnx.shape_inference.infer_node_outputs``) from its schema at the
+   graph's opset, with symbolic dimensions kept as names.
+2. Constant inputs of at most ``max_elements`` elements (initializers, ``Constant``
+   outputs) are passed as data, so ``Reshape``/``Expand``/``Slice`` with constant
+   arguments get exact shapes.
+3. What inference cannot tell stays unknown (the estimate then guesses, see
+   :mod:`~onnxscript_ep_passes.ep.compute`). Nodes with graph attributes and ops without
+   a schema are skipped. Inference is best effort: a failure is logged at DEBUG.
+"""
+
+from __future__ import annotations
+
+__all__ = ["infer_missing_shapes", "small_constant"]
+
+import logging
+from collections.abc import Mapping
+
+import onnx
+import onnx.helper
+import onnx.shape_inference
+import onnx_ir as ir
+
+from onnxscript_ep_passes._onnx import get_schema
+
+logger = logging.getLogger(__name__)
+
+Inferred = tuple[ir.DataType | None, ir.Shape | None]
+
+
+def _type_proto(dtype: ir.DataType, shape: ir.Shape | None) -> onnx.TypeProto:
+    proto = onnx.helper.make_tensor_type_proto(int(dtype), None)
+    if shape is not None:
+        ir.serde.serialize_shape_into(proto, shape)
+    return proto
+
+
+def small_constant(value: ir.Value | None, max_elements: int) -> ir.TensorProtocol | None:
+    """The constant ``value`` holds (an initializer, a ``Constant`` output), when it has
+    at most ``max_elements`` elements; else None."""
+    if value is None:
+        return None
+    try:
+        tensor = ir.convenience.get_const_tensor(value)
+    except ValueError:
+        return None
+    if tensor is None or tensor.size > max_elements:
+        return None
+    return tensor
+
+
+def _infer_node(
+    node: ir.Node, opsets: Mapping[str, int], known: dict[ir.Value, Inferred], max_elements: int
+) -> None:
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    opset = opsets.get(domain)
+    if opset is None:
+        return
+    schema = get_schema(node.op_type, opset, domain)
+    if schema is None:
+        return
+    names: list[str] = []
+    types: dict[str, onnx.TypeProto] = {}
+    data: dict[str, onnx.TensorProto] = {}
+    for index, value in enumerate(node.inputs):
+        if value is None:
+            names.append("")
+            continue
+        dtype, shape = known.get(value, (value.dtype, value.shape))
+        if dtype is None:
+            return
+        name = f"in{index}"
+        names.append(name)
+        types[name] = _type_proto(dtype, shape)
+        const = small_constant(value, max_elements)
+        if const is not None:
+            data[name] = ir.serde.serialize_tensor(const)
+    outputs = [f"out{i}" for i in range(len(node.outputs))]
+    proto = onnx.helper.make_node(node.op_type, names, outputs, domain=node.domain)
+    for attr in node.attributes.values():
+        if isinstance(attr, ir.Attr) and not attr.is_ref():
+            proto.attribute.append(ir.serde.serialize_attribute(attr))
+    try:
+        result = onnx.shape_inference.infer_node_outputs(
+            schema,
+            proto,
+            types,
+            data,
+            opset_imports=[onnx.helper.make_opsetid(node.domain, opset)],
+        )
+    except Exception as error:  # best effort (rule 3)
+        logger.debug("no shape inference for %s (%s): %s", node.name, node.op_type, error)
+        return
+    for value, name in zip(node.outputs, outputs):
+        inferred = result.get(name)
+        if inferred is None or not inferred.HasField("tensor_type"):
+            continue
+        tensor_type = inferred.tensor_type
+        dtype = ir.DataType(tensor_type.elem_type) if tensor_type.elem_type else value.dtype
+        shape = value.shape
+        if shape is None and tensor_type.HasField("shape"):
+            shape = ir.Shape(
+                [
+                    d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                    for d in tensor_type.shape.dim
+                ]
+            )
+        known[value] = (dtype, shape)
+
+
+def infer_missing_shapes(
+    model: ir.Model, *, max_elements: int = 1024
+) -> dict[ir.Value, tuple[ir.DataType | None, ir.Shape | None]]:
+    """``{value: (dtype, shape)}`` for the values of ``model`` left without a shape.
+
+    The model is not modified (module docstring).
+    """
+    known: dict[ir.Value, Inferred] = {}
+    opsets = {("" if k == "ai.onnx" else k): v for k, v in model.opset_imports.items()}
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        if all(o.shape is not None and o.dtype is not None for o in node.outputs):
+            continue
+        if any(
+            a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+            for a in node.attributes.values()
+        ):
+            continue
+        _infer_node(node, opsets, known, max_elements)
+    return known

@@ -1,0 +1,230 @@
+"""The candidates of the EP pass: the search state, and measuring the best of them.
+
+:mod:`.lower_for_ep` states the rules; this module holds their machinery:
+
+- :class:`Candidate`: one way to run the model (an opset, plain or legalized), its
+  prediction, its rank under the one objective (:mod:`~onnxscript_ep_passes.ep.cost`),
+  its relation to the model, and (when kept) its model.
+- :class:`CandidateSearch`: the candidates of one model on one kernel table, priced as
+  they are added (plain ones on the working copy, legalized ones on their variant).
+- :func:`measure_candidates`: with ``measure``, the candidates worth running (the best
+  few by estimate, one per distinct estimate, plus the source, the best plain and the
+  best legalized) run in real sessions (:mod:`~onnxscript_ep_passes.ep.measure`); the
+  fastest wins.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MEASURE_TOP",
+    "Candidate",
+    "CandidateSearch",
+    "SearchSettings",
+    "WorkState",
+    "measure_candidates",
+    "to_measure",
+]
+
+import dataclasses
+import logging
+
+import onnx_ir as ir
+
+from onnxscript_ep_passes._copies import Correspondence, copy_with_origins
+from onnxscript_ep_passes.ep.cost import CandidateRank, candidate_rank, placement_cost, undominated
+from onnxscript_ep_passes.ep.dims import DimSizes
+from onnxscript_ep_passes.ep.kernel_table import KernelTable
+from onnxscript_ep_passes.ep.measure import CandidateMeasurement, measure_candidate, pick_fastest
+from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
+from onnxscript_ep_passes.errors import DowngradeError
+from onnxscript_ep_passes.lowering.lower_opset import run_lowering
+from onnxscript_ep_passes.passes.legalize import LegalizationResult, legalize
+
+logger = logging.getLogger(__name__)
+
+MEASURE_TOP = 3
+"""With ``measure``: how many candidates, best estimate first, are measured."""
+
+
+@dataclasses.dataclass
+class Candidate:
+    """One way to run the model: an opset, plain or legalized."""
+
+    opset: int
+    legalized: bool
+    prediction: PlacementPrediction
+    rank: CandidateRank
+    origin: Correspondence | None  # the candidate's copy -> the model; None: the model itself
+    legalization: LegalizationResult | None = None
+    model: ir.Model | None = None  # kept for the best legalized candidate (all: keep_models)
+
+    def model_node(self, node: ir.Node) -> ir.Node:
+        """The model's node ``node`` (of this candidate's copy) stands for; a node built on
+        the copy stands for itself."""
+        return node if self.origin is None else self.origin.nodes.get(node, node)
+
+
+class CandidateSearch:
+    """The candidates of one model on one kernel table (module docstring, rules 2-6)."""
+
+    def __init__(
+        self, table: KernelTable, wanted: int | None, sizes: DimSizes, keep_models: bool
+    ) -> None:
+        self.table = table
+        self.wanted = wanted  # the only opset that may be chosen (target_opset), if any
+        self.sizes = sizes
+        self.keep_models = keep_models  # keep every candidate's model (to measure them)
+        self.plain: dict[int, Candidate] = {}
+        self.legalized: dict[int, Candidate] = {}  # those where legalization changed something
+        self.legalizations: dict[int, Candidate] = {}  # every legalization tried
+        self.best_legalized: Candidate | None = None
+        self.blocked: DowngradeError | None = None
+
+    def add_plain(
+        self,
+        opset: int,
+        prediction: PlacementPrediction,
+        origin: Correspondence | None,
+        replaced: int,
+        model: ir.Model,
+    ) -> Candidate:
+        cost = placement_cost(prediction, model, self.sizes)
+        rank = candidate_rank(cost, opset=opset, replaced=replaced)
+        candidate = Candidate(opset, False, prediction, rank, origin)
+        if self.keep_models:
+            candidate.model = copy_with_origins(model)[0]
+        self.plain[opset] = candidate
+        return candidate
+
+    def add_legalized(
+        self,
+        base: ir.Model,
+        plain: Candidate,
+        built: set[ir.Node],
+        replaced: int,
+    ) -> None:
+        """Legalize a copy of ``base`` (the copy ``plain`` was predicted on)."""
+        variant, to_base = copy_with_origins(base)
+        into_variant = to_base.inverse()
+        ordered_built = [
+            n
+            for n in ir.traversal.RecursiveGraphIterator(variant.graph)
+            if to_base.nodes[n] in built
+        ]
+        result = legalize(
+            variant,
+            self.table,
+            built=ordered_built,
+            prediction=plain.prediction.translated(into_variant),
+            dims=self.sizes,
+        )
+        origin = to_base if plain.origin is None else to_base.then(plain.origin)
+        replaced += sum(1 for n in result.expanded if n in origin.nodes)
+        cost = placement_cost(result.after, variant, self.sizes)
+        rank = candidate_rank(cost, opset=plain.opset, replaced=replaced, legalized=True)
+        candidate = Candidate(plain.opset, True, result.after, rank, origin, result)
+        self.legalizations[plain.opset] = candidate
+        if not result.modified:
+            return
+        self.legalized[plain.opset] = candidate
+        if self.keep_models:
+            candidate.model = variant
+        if self.wanted is not None and plain.opset != self.wanted:
+            return
+        if self.best_legalized is None or rank < self.best_legalized.rank:
+            if self.best_legalized is not None and not self.keep_models:
+                self.best_legalized.model = None
+            candidate.model = variant
+            self.best_legalized = candidate
+
+    def lower_and_predict(self, work: ir.Model, target: int, state: WorkState) -> Candidate:
+        result = run_lowering(work, target)
+        state.built.update(result.built)
+        state.replaced.update(
+            state.origin.nodes[n] for n in result.replaced if n in state.origin.nodes
+        )
+        plain = self.add_plain(
+            target, predict_placement(work, self.table), state.origin, len(state.replaced), work
+        )
+        return plain
+
+
+@dataclasses.dataclass
+class WorkState:
+    """The working copy's relation to the model, as it is lowered step by step."""
+
+    origin: Correspondence
+    built: set[ir.Node] = dataclasses.field(default_factory=set)
+    replaced: set[ir.Node] = dataclasses.field(default_factory=set)  # the model's nodes
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchSettings:
+    """How to choose: the objective's dims, and whether (and how much) to measure."""
+
+    sizes: DimSizes = dataclasses.field(default_factory=DimSizes)
+    measure: bool = False
+    measure_top: int = MEASURE_TOP
+    measure_runs: int = 10
+    keep_models: bool = False
+
+
+def to_measure(
+    pool: list[Candidate], source: int, top: int, *, distinct: bool = True
+) -> list[Candidate]:
+    """The best ``top`` by estimate, the source, the best plain and best legalized.
+
+    With ``distinct``, among candidates with the same estimate (the same placement, e.g. a
+    legalized model at 21 and at 20) only the best ranked counts toward ``top``.
+    """
+    fine = {id(r) for r in undominated([c.rank for c in pool], lambda r: r.cost)}
+    ranked = sorted(pool, key=lambda c: (id(c.rank) not in fine, c.rank.key()))
+    picked: list[Candidate] = []
+    for candidate in ranked:
+        same = any(c.rank.cost == candidate.rank.cost for c in picked)
+        if len(picked) < top and not (distinct and same):
+            picked.append(candidate)
+    for wanted in (
+        [c for c in ranked if c.opset == source and not c.legalized][:1],
+        [c for c in ranked if not c.legalized][:1],
+        [c for c in ranked if c.legalized][:1],
+    ):
+        picked += [c for c in wanted if c not in picked]
+    return picked
+
+
+def measure_candidates(
+    pool: list[Candidate],
+    source: int,
+    table: KernelTable,
+    settings: SearchSettings,
+    top: int,
+    distinct: bool,
+    measured: dict[tuple[int, bool], CandidateMeasurement],
+) -> Candidate:
+    """Run the candidates of rule 8 in real sessions; the fastest (``measured`` filled)."""
+    timed = []
+    for candidate in to_measure(pool, source, top, distinct=distinct):
+        assert candidate.model is not None  # kept: settings.measure
+        try:
+            result = measure_candidate(
+                candidate.model, table.ep, settings.sizes, runs=settings.measure_runs
+            )
+        except (RuntimeError, ImportError) as error:
+            raise ValueError(
+                f"--measure needs a session on {table.ep} here, and ORT cannot make one: {error}"
+            ) from error
+        logger.info(
+            "measured opset %d%s on %s: predicted %s; measured %d Memcpy, %d CPU nodes, %.3f ms",
+            candidate.opset,
+            " (legalized)" if candidate.legalized else "",
+            table.ep,
+            candidate.rank.cost,
+            result.memcpy,
+            result.cpu_nodes,
+            result.latency_ms,
+        )
+        measured[(candidate.opset, candidate.legalized)] = result
+        timed.append((candidate, result))
+    fastest: Candidate = pick_fastest(timed)
+    return fastest
