@@ -34,6 +34,10 @@ def _loads(model: onnx.ModelProto) -> None:
     ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 11 item 6: the primitive-form rule is off (it changed the EP search on CastLike)",
+)
 def test_swiglu_28_to_27_builds_no_swish() -> None:
     node = oh.make_node("SwiGLU", ["a", "b"], ["y"], name="swiglu", alpha=1.702)
     inputs = [oh.make_tensor_value_info(n, F, [2, 8]) for n in ("a", "b")]
@@ -56,6 +60,10 @@ def _unary_28(op: str, elem: int, shape: list[int], **attrs: object) -> onnx.Mod
     return make_model([node], [x], [y], 28)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 11 item 6: the primitive-form rule is off (it changed the EP search on CastLike)",
+)
 def test_celu_double_28_to_27_builds_no_elu() -> None:
     model = _unary_28("Celu", D, [9], alpha=1.5)
     lowered = lower_opset(model, 27)

@@ -100,6 +100,7 @@ class _Lowering:
         self.target = target
         self.registry = registry
         self.oracle = TypeOracle(model)
+        self.prefer_primitive = False  # see _prefer_primitive
         self.names = NodeNames(model)
         self.refusals: list[Refusal] = []
         self._origin: tuple[ir.Node, int, int] | None = None  # model node, since, step: builds
@@ -267,7 +268,12 @@ class _Lowering:
                 self.lower_node(sub, opset, scope)
 
     def _prefer_primitive(self, node: ir.Node, scope: str) -> None:
-        """Expand a built node ORT's CPU EP has no kernel for through its function body."""
+        """Expand a built node ORT's CPU EP has no kernel for through its function body.
+
+        Off for now: it also fired on the CastLike nodes Attention's lowering builds, which
+        ORT does run, and changed the EP search's choices (issue 11 item 6 stays open)."""
+        if not self.prefer_primitive:
+            return
         since = schemas.since_version(node.op_type, self.target, node.domain)
         if since is None:
             return
