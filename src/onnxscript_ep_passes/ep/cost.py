@@ -205,8 +205,10 @@ def candidate_rank(
 ) -> CandidateRank:
     """The rank of the candidate ``opset`` (legalized or not) that costs ``cost``.
 
-    ``replaced`` counts the model's nodes the candidate rewrote (by the lowering's
-    adapters, or by legalization's expansions).
+    ``replaced`` counts the model's own nodes the candidate no longer has: those the
+    lowering's adapters replaced (as :class:`~onnxscript_ep_passes.lowering.LoweringResult`
+    reports them) and those legalization expanded. Nodes an adapter only edited, and nodes
+    ORT inlines itself, are not replaced.
     """
     return CandidateRank(cost, replaced, opset, legalized)
 

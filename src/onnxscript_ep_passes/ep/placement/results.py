@@ -172,7 +172,10 @@ class PlacementPrediction:
 
     def translated(self, correspondence: Correspondence) -> PlacementPrediction:
         """This prediction with its records pointing at the nodes and functions of another
-        model that ``correspondence`` pairs with this one's (unpaired ones become None)."""
+        model that ``correspondence`` pairs with this one's (unpaired ones become None).
+
+        Transfers keep their ``ir_value`` (a value of the model predicted on: same type and
+        shape as its counterpart in the other model)."""
         nodes = tuple(
             dataclasses.replace(
                 n,
