@@ -68,7 +68,7 @@ from onnxscript_ep_passes.lowering.opset_imports import (
     max_ir_version_for_opset,
     relabel,
 )
-from onnxscript_ep_passes.lowering.ort_kernels import cpu_has_kernel, ort_only
+from onnxscript_ep_passes.lowering.ort_kernels import cpu_has_kernel, ort_inlines, ort_only
 from onnxscript_ep_passes.lowering.registry import DEFAULT_REGISTRY, AdapterRegistry
 from onnxscript_ep_passes.lowering.types import TypeOracle
 
@@ -100,7 +100,6 @@ class _Lowering:
         self.target = target
         self.registry = registry
         self.oracle = TypeOracle(model)
-        self.prefer_primitive = False  # see _prefer_primitive
         self.names = NodeNames(model)
         self.refusals: list[Refusal] = []
         self._origin: tuple[ir.Node, int, int] | None = None  # model node, since, step: builds
@@ -268,19 +267,16 @@ class _Lowering:
                 self.lower_node(sub, opset, scope)
 
     def _prefer_primitive(self, node: ir.Node, scope: str) -> None:
-        """Expand a built node ORT's CPU EP has no kernel for through its function body.
-
-        Off for now: it also fired on the CastLike nodes Attention's lowering builds, which
-        ORT does run, and changed the EP search's choices (issue 11 item 6 stays open)."""
-        if not self.prefer_primitive:
-            return
+        """Expand a built node ORT can neither run on its CPU EP nor inline through its body."""
         since = schemas.since_version(node.op_type, self.target, node.domain)
         if since is None:
             return
         body_version = function_body_version(node.op_type, self.target, node.domain)
         first = node.inputs[0] if node.inputs else None
         type_str = None if first is None else schemas.type_string(self.oracle.type_of(first))
-        if body_version is None or cpu_has_kernel(node.op_type, node.domain, since, type_str):
+        if body_version is None or ort_inlines(node.op_type, node.domain, self.target):
+            return
+        if cpu_has_kernel(node.op_type, node.domain, since, type_str):
             return
         previous = (
             schemas.since_version(node.op_type, since - 1, node.domain) if since > 1 else None

@@ -4,9 +4,10 @@ ops ORT defines that ONNX does not (SimplifiedLayerNormalization).
 Rules:
 
 * The CPU EP is the fallback of every ORT session: a node it has no kernel for, and no
-  other EP takes, makes the model fail to load. ORT inlines an ONNX function op only
-  when the function body's opset agrees with the model's, so a function op written at
-  an older opset than the model (Swish-24 in an opset-27 model) is not rescued.
+  other EP takes, makes the model fail to load, unless ORT inlines it. Measured on ORT
+  1.32: a context-dependent function body (CastLike, Attention, Gelu) is built for the
+  model's opset and always inlined; a static body only when its opset is the model's
+  (Swish-24 runs at opset 24, not at 25 or 27; Elu's opset-18 body never rescues Elu-22).
 * The kernels are those the installed ``onnxruntime`` registers, read once
   (``get_all_opkernel_def``). A node matches a kernel as ORT matches it: the since
   version of the node's schema equals the kernel's start version, or lies inside a
@@ -18,7 +19,7 @@ Rules:
 
 from __future__ import annotations
 
-__all__ = ["cpu_has_kernel", "ort_defines", "ort_only"]
+__all__ = ["cpu_has_kernel", "ort_defines", "ort_inlines", "ort_only"]
 
 import functools
 import logging
@@ -99,3 +100,14 @@ def ort_only(op_type: str, domain: str) -> bool:
         return False
     latest = onnx.defs.onnx_opset_version()
     return schemas.since_version(op_type, latest, domain) is None and ort_defines(op_type, domain)
+
+
+def ort_inlines(op_type: str, domain: str, opset: int) -> bool:
+    """Whether ORT inlines ``op_type`` in a model at ``opset`` through its ONNX function body."""
+    schema: Any = schemas.get_schema(op_type, opset, domain)  # the stubs lack the body lists
+    if schema is None:
+        return False
+    if any(v <= opset for v in schema.context_dependent_function_opset_versions):
+        return True
+    static = [v for v in schema.function_opset_versions if v <= opset]
+    return bool(static) and max(static) == opset
