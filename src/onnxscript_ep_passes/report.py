@@ -38,8 +38,9 @@ snapshot (the prediction is for a release the user may not run).
 The text form (:func:`format_report`, :func:`print_report`, rendered with rich) reads
 top-down:
 
-1. the verdict line (:mod:`~onnxscript_ep_passes.verdict`), and a note when the ORT
-   release is assumed;
+1. the verdict line (:mod:`~onnxscript_ep_passes.verdict`), a note when the ORT
+   release is assumed, and one when ORT's own default-domain ops (which ONNX does not
+   define, e.g. SimplifiedLayerNormalization) are carried through unchanged;
 2. the candidates table: each opset reached, with its predicted cost, the chosen one
    marked;
 3. why no lower opset was reachable, when one was not (the first offending nodes);
@@ -86,6 +87,7 @@ from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.placement import PlacementPrediction
 from onnxscript_ep_passes.ep.table_source import resolve_table
+from onnxscript_ep_passes.lowering.ort_kernels import ort_only
 from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringChoice, choose_target_opset
 from onnxscript_ep_passes.verdict import ep_display_name, verdict
 
@@ -349,6 +351,18 @@ def render_report(
                 f"{ep_display_name(report['ep'])} (its shipped table); the prediction can "
                 "differ for yours: pass --ort-version",
                 style="yellow",
+            )
+        )
+    ops_in_model = collections.Counter(
+        (n["op_type"], n["domain"]) for n in report["before"]["nodes"]
+    )
+    carried = {op: count for (op, domain), count in ops_in_model.items() if ort_only(op, domain)}
+    if carried:
+        ops = ", ".join(f"{op} x{count}" for op, count in sorted(carried.items()))
+        parts.append(
+            Text(
+                f"note: carried unchanged, placed by the kernel table: {ops} "
+                "(ONNX Runtime's own ops in the ONNX domain; ONNX does not define them)"
             )
         )
     parts.append(_candidates(report))

@@ -161,10 +161,12 @@ def test_ops_ort_defines_are_placed_by_the_kernel_table_and_reported() -> None:
     """Placement reads ORT's own schema version (1) for them, so CUDA's
     SimplifiedLayerNormalization kernel (1+) matches."""
     from onnxscript_ep_passes.ep.table_choice import get_table
-    from onnxscript_ep_passes.report import placement_report
+    from onnxscript_ep_passes.report import format_report, placement_report
 
     model = ir.from_proto(_genai_norm_model())
     table = get_table("CUDAExecutionProvider", "1.24")
     report = placement_report(model, "cuda", table=table)
     placed = {n["op_type"]: n["placement"] for n in report["before"]["nodes"]}
     assert placed["SimplifiedLayerNormalization"] == "ep"
+    text = format_report(report)
+    assert "carried unchanged, placed by the kernel table: SimplifiedLayerNormalization x1" in text
