@@ -234,6 +234,12 @@ def _provenance(script: str, command: str, env: dict[str, Any]) -> str:
     )
 
 
+def _repo_relative(text: str) -> str:
+    """``text`` with this checkout's absolute path replaced by paths relative to it (the
+    results must not name the machine they ran on)."""
+    return text.replace(f"{ROOT}{os.sep}", "").replace(str(ROOT), ".")
+
+
 def write_results(
     name: str,
     script: str,
@@ -251,6 +257,7 @@ def write_results(
     title and the provenance line. The JSON holds ``{"environment": ..., "results": raw}``.
     """
     env = env or environment()
+    command = _repo_relative(command)
     out_dir.mkdir(parents=True, exist_ok=True)
     md_path = out_dir / f"results_{name}.md"
     json_path = out_dir / f"results_{name}.json"
@@ -258,7 +265,9 @@ def write_results(
         f"# {title}\n\n{_provenance(script, command, env)}\n\n"
         f"Raw data: [{json_path.name}]({json_path.name}).\n\n{markdown.strip()}\n"
     )
-    md_path.write_text(text, encoding="utf-8")
+    md_path.write_text(_repo_relative(text), encoding="utf-8")
     payload = {"script": script, "command": command, "environment": env, "results": raw}
-    json_path.write_text(json.dumps(payload, indent=1, default=str) + "\n", encoding="utf-8")
+    dumped = json.dumps(payload, indent=1, default=str)
+    # JSON escapes no '/', so the checkout's path appears verbatim in the dump.
+    json_path.write_text(_repo_relative(dumped) + "\n", encoding="utf-8")
     return md_path, json_path
