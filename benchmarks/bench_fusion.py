@@ -1,7 +1,7 @@
 """Fused ORT kernels on WebGPU: the export, its lowering, ``optimize``, and ORT GenAI's builder.
 
-For each tiny random-weight decoder of ``tests/fusion/exports.py`` (Llama, Qwen3, Gemma3,
-Phi-3; 2 layers, hidden 64; dynamic sequence and ``attention_mask``; nothing downloaded),
+For each tiny random-weight decoder of ``tests/torch_models.py`` (Llama, Qwen3, Gemma3,
+Phi-3; 4 layers, hidden 64; dynamic sequence and ``attention_mask``; nothing downloaded),
 exported by torch.onnx at each ``--opsets`` (default 24), without and with a KV cache:
 
 * ``export``: the torch.onnx export as is;
@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # tests.fusion.exports: the exact models the tests use
+sys.path.insert(0, str(ROOT))  # tests.torch_models: the exact models the tests use
 
 os.environ.setdefault("ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -160,11 +160,11 @@ def _genai_model(kind: str, tmp: Path) -> Path | None:
     except ImportError:
         return None
     import transformers
-    from tests.fusion.exports import decoder_model
+    from tests.torch_models import llm_model
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     source = tmp / f"{kind}-hf"
-    model, _ = decoder_model(kind)
+    model = llm_model(kind)
     model.config.bos_token_id, model.config.eos_token_id, model.config.pad_token_id = 1, 2, 0
     model.save_pretrained(source)
     vocab = {f"t{i}": i for i in range(model.config.vocab_size)}
@@ -188,7 +188,7 @@ def bench(
 ) -> list[dict[str, Any]]:
     import onnx
     import onnx_ir as ir
-    from tests.fusion.exports import decoder_proto
+    from tests.torch_models import llm_export
 
     from onnxscript_ep_passes.passes import LowerOpsetForEpPass
     from onnxscript_ep_passes.pipeline import OptimizeForEpPass
@@ -200,7 +200,7 @@ def bench(
             builder = _genai_model(kind, tmp) if genai else None
             for kv in (False, True):
                 for opset in opsets:
-                    proto = decoder_proto(kind, opset, kv=kv)
+                    proto = llm_export(kind, opset, kv_cache=kv)
                     feeds = _feeds(ir.from_proto(proto).graph.inputs, kv)
                     expected = _cpu_logits(proto.SerializeToString(), feeds)
                     variants: dict[str, Path] = {}
