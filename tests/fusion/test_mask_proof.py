@@ -170,3 +170,27 @@ def test_a_mask_given_as_an_input_or_from_an_unknown_op_is_refused() -> None:
     model = _model(nodes, [])
     with pytest.raises(RefusedError, match=r"RandomUniformLike node .* is not modelled"):
         prove_causal_mask(model, model.graph.node(-1).inputs[3], max_length=4096)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("tril", "proven"), [(True, True), (False, False)], ids=["tril", "triu"])
+def test_a_constant_mask_of_a_static_export_is_checked_element_by_element(
+    tril: bool, proven: bool
+) -> None:
+    ones = np.ones((4, 4), np.bool_)
+    constant = (np.tril(ones) if tril else np.triu(ones))[None, None]
+    qkv = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4, 4, 16]) for n in "qkv"]
+    graph = helper.make_graph(
+        [helper.make_node("Attention", ["q", "k", "v", "mask"], ["y"])],
+        "g",
+        qkv,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(constant, "mask")],
+    )
+    model = ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)]))
+    mask = model.graph.node(0).inputs[3]
+    assert mask is not None
+    if proven:
+        prove_causal_mask(model, mask, max_length=4096)
+    else:
+        with pytest.raises(RefusedError, match="a constant mask that is not causal"):
+            prove_causal_mask(model, mask, max_length=4096)

@@ -32,6 +32,9 @@ Rules:
   (``max(0, P - W + 1)``), values this interpreter does not know, or an op it does not
   model: refused, with the reason.
 
+A constant mask (static-shape exports fold it) is checked element by element: the model
+accepts only its static sizes, so that is a proof too.
+
 Nothing here changes the model.
 """
 
@@ -408,6 +411,24 @@ def _show(atom: Atom) -> str:
     return f"{text} >= 0"
 
 
+def _check_constant(model: ir.Model, array: np.ndarray, has_past: bool) -> None:
+    """A constant mask (a static-shape export): the model runs at its static sizes only,
+    so checking every element is the proof."""
+    if has_past or any(v.name == "attention_mask" for v in model.graph.inputs):
+        raise refuse("a constant mask ignores the past or attention_mask")
+    allowed = array if array.dtype == np.bool_ else array == 0
+    if array.dtype != np.bool_ and not np.all((array == 0) | (array <= -1e30)):
+        raise refuse("a constant float mask with values other than 0 and -inf")
+    if array.ndim < 2:
+        raise refuse(f"a constant mask of rank {array.ndim}")
+    rows, cols = array.shape[-2:]
+    expected = np.arange(cols)[None, :] <= np.arange(rows)[:, None] + (cols - rows)
+    if not np.array_equal(
+        np.broadcast_to(allowed, array.shape), np.broadcast_to(expected, array.shape)
+    ):
+        raise refuse("a constant mask that is not causal")
+
+
 def prove_causal_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> None:
     """Prove ``mask`` (an Attention's input 3) causal AND padding (module docstring).
 
@@ -418,6 +439,10 @@ def prove_causal_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> No
         v.shape is not None and len(v.shape) == 4 and "past" in (v.name or "")
         for v in model.graph.inputs
     )
+    tensor = ir.convenience.get_const_tensor(mask)
+    if tensor is not None:
+        _check_constant(model, tensor.numpy(), has_past)
+        return
     bounds = Bounds(has_past, max_length)
     val = _Interpreter(model.graph, bounds).value(mask)
     elem: Elem = val.elem.allowed if isinstance(val.elem, FloatMask) else val.elem
