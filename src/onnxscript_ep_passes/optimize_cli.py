@@ -12,23 +12,16 @@ from __future__ import annotations
 __all__ = ["add_arguments", "report_schema", "run"]
 
 import argparse
-import functools
-import importlib.resources
 import json
 from pathlib import Path
 from typing import Any
 
 
-@functools.cache
 def report_schema() -> dict[str, Any]:
     """The JSON Schema of ``optimize --report-json`` (``OptimizeForEpPass.report()``)."""
-    text = (
-        importlib.resources.files("onnxscript_ep_passes")
-        .joinpath("optimize_report.schema.json")
-        .read_text(encoding="utf-8")
-    )
-    schema: dict[str, Any] = json.loads(text)
-    return schema
+    from onnxscript_ep_passes.report import package_schema
+
+    return package_schema("optimize_report.schema.json")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

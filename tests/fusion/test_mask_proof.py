@@ -123,6 +123,16 @@ def test_a_window_is_refused_only_where_it_can_bind() -> None:
         prove_causal_mask(model, mask, max_length=17)
 
 
+def _proven_or_refused(model: ir.Model, attention: ir.Node, proven: bool, reason: str) -> None:
+    mask = attention.inputs[3]
+    assert mask is not None
+    if proven:
+        prove_causal_mask(model, mask, max_length=4096)
+    else:
+        with pytest.raises(RefusedError, match=reason):
+            prove_causal_mask(model, mask, max_length=4096)
+
+
 def _trilu_float(upper: int, k: int) -> tuple[list, list]:
     """An additive mask: Where(Trilu(ones) and padding, 0, -inf)."""
     nodes = [
@@ -156,13 +166,7 @@ def _trilu_float(upper: int, k: int) -> tuple[list, list]:
 )
 def test_trilu_and_where_masks(upper: int, k: int, proven: bool) -> None:
     model = _model(*_trilu_float(upper, k))
-    mask = model.graph.node(-1).inputs[3]
-    assert mask is not None
-    if proven:
-        prove_causal_mask(model, mask, max_length=4096)
-    else:
-        with pytest.raises(RefusedError, match="mask not proven causal"):
-            prove_causal_mask(model, mask, max_length=4096)
+    _proven_or_refused(model, model.graph.node(-1), proven, "mask not proven causal")
 
 
 def test_a_mask_given_as_an_input_or_from_an_unknown_op_is_refused() -> None:
@@ -187,10 +191,4 @@ def test_a_constant_mask_of_a_static_export_is_checked_element_by_element(
         initializer=[numpy_helper.from_array(constant, "mask")],
     )
     model = ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)]))
-    mask = model.graph.node(0).inputs[3]
-    assert mask is not None
-    if proven:
-        prove_causal_mask(model, mask, max_length=4096)
-    else:
-        with pytest.raises(RefusedError, match="a constant mask that is not causal"):
-            prove_causal_mask(model, mask, max_length=4096)
+    _proven_or_refused(model, model.graph.node(0), proven, "a constant mask that is not causal")
