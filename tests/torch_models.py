@@ -19,6 +19,10 @@ Llama, Qwen3, Gemma3 and Phi-3 ``*ForCausalLM`` models with inputs ``input_ids``
   dynamic Qwen3 had the same nodes (op types, names, inputs, attributes) and the same
   initializers as the up-converted 24 one (checked 2026-11-30, torch 2.13), and reusing
   the 24 export saves a torch export per model in CI.
+- ``gemma3_wide`` is Gemma3 with its config's default sliding window (4096 tokens)
+  instead of 64: the window cannot bind below 4096 tokens, so its attention is provably
+  causal (the fusion tests need one Gemma3 whose attention fuses; ``gemma3``'s 64-token
+  window must be refused).
 - Exports are cached per test session, and on disk under ``.pytest_cache/torch_exports``
   (keyed by the text of the functions that build them and the torch/transformers versions; set
   ``ONNXSCRIPT_EP_PASSES_EXPORT_CACHE=0`` to disable the disk cache).
@@ -34,6 +38,7 @@ __all__ = [
     "export_proto",
     "llm_export",
     "llm_inputs",
+    "llm_model",
     "sample_inputs",
 ]
 
@@ -157,6 +162,12 @@ _VOCAB = 128
 _ROOT = Path(__file__).resolve().parent.parent
 
 
+def llm_model(kind: str) -> Any:
+    """The random-weight ``*ForCausalLM`` behind :func:`llm_export` (seeded: the same
+    weights each call)."""
+    return _llm(kind)
+
+
 def _llm(kind: str) -> Any:
     torch = _torch()
     transformers = pytest.importorskip("transformers")
@@ -175,13 +186,14 @@ def _llm(kind: str) -> Any:
         return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
     if kind == "qwen3":
         return transformers.Qwen3ForCausalLM(transformers.Qwen3Config(head_dim=16, **common))
-    if kind == "gemma3":
-        config = transformers.Gemma3TextConfig(head_dim=16, sliding_window=64, **common)
+    if kind in ("gemma3", "gemma3_wide"):
+        window = 64 if kind == "gemma3" else 4096
+        config = transformers.Gemma3TextConfig(head_dim=16, sliding_window=window, **common)
         return transformers.Gemma3ForCausalLM(config)
     if kind == "phi3":
         config = transformers.Phi3Config(pad_token_id=0, eos_token_id=1, **common)
         return transformers.Phi3ForCausalLM(config)
-    raise ValueError(f"unknown LLM {kind!r}; one of {LLMS}")
+    raise ValueError(f"unknown LLM {kind!r}; one of {LLMS} or gemma3_wide")
 
 
 def _llm_module(kind: str, kv_cache: bool) -> Any:
