@@ -12,8 +12,9 @@ Rules:
 - **Sizes.** ``B`` (batch), ``S`` (current tokens), ``P`` (past tokens; 0 without a
   ``past`` graph input). Graph-input dims get them by role: dim 0 of every input is ``B``;
   ``attention_mask`` ``[B, P + S]`` (the decoder input contract: the mask covers past and
-  current tokens); ``past*`` 4-D inputs ``[B, Hkv, P, D]``; other inputs of rank >= 2
-  ``[B, S, ...]``; static dims are their value. Any other symbolic dim in the proof refuses.
+  current tokens); ``past*`` 4-D inputs ``[B, Hkv, P, D]``; other 2-D integer inputs
+  (``input_ids``, ``position_ids``) ``[B, S]``; other inputs' dims by the names those
+  share; static dims are their value. Any other symbolic dim in the proof refuses.
   Bounds: ``B >= 1``, ``S >= 1``, ``P >= 0`` and ``P + S <= max_length`` (the fused node's
   limit: its rotary caches have ``max_length`` rows).
 - **Values.** Each tensor is a function of its own coordinates ``x0, x1, ...``: shape
@@ -111,21 +112,21 @@ class _Interpreter:
         return result
 
     def _roles(self, value: ir.Value) -> list[Lin | None]:
+        """Sizes of ``value``'s dims by its role (rule Sizes); [] for an input without one."""
         name, rank = value.name or "", len(value.shape or ())
         total = Lin.of(S=1, P=1) if self.bounds.has_past else Lin.of(S=1)
         if name == "attention_mask":
             return [Lin.of(B=1), total]
         if rank == 4 and "past" in name:
             return [Lin.of(B=1), None, Lin.of(P=1), None]
-        return [Lin.of(B=1), Lin.of(S=1)]
+        if rank == 2 and value.dtype is not None and value.dtype.is_integer():
+            return [Lin.of(B=1), Lin.of(S=1)]  # input_ids, position_ids
+        return []
 
     def _named(self) -> dict[str, Lin]:
         """Symbolic dim names given a size by a decoder input's role."""
         named: dict[str, Lin] = {}
         for value in self.graph.inputs:
-            name = value.name or ""
-            if name != "attention_mask" and "past" not in name and name != "input_ids":
-                continue
             for dim, role in zip(value.shape or (), self._roles(value)):
                 if role is not None and not isinstance(dim, int):
                     named.setdefault(str(dim), role)
@@ -184,6 +185,8 @@ class _Interpreter:
             return Val((), x.elem.items[0])
         rank = len(x.dims)
         axes = const_axes(node)
+        if axes is None and not all(d.is_const() for d in x.dims):
+            raise refuse("Squeeze without axes of a tensor with symbolic dims")
         drop = (
             {a % rank for a in axes}
             if axes is not None
