@@ -10,8 +10,10 @@ the machine may be shared):
    the EP has, and which does the same work) instead of ``Sign`` is the all-EP baseline,
    and ``K`` ``Sign`` nodes alone on the CPU EP give the CPU time of the islands. Per
    island: ``2 x copy = mixed - all_ep - cpu_sign + ep_abs``, with ``ep_abs`` half the
-   baseline's per-island time. ``copy(bytes) = fixed + bytes / bandwidth`` is fitted
-   over the sizes (least squares): the fixed cost per Memcpy and the link bandwidth.
+   baseline's per-island time. The link bandwidth is the least-squares slope of the
+   per-copy time over the sizes; the fixed cost per Memcpy is the smallest size's
+   per-copy time less its bytes over that bandwidth (a plain intercept is dominated by
+   the largest size's noise, and came out negative).
 2. **Compute.** A square ``MatMul`` (``--matmul`` rows) on the CPU EP and on the EP gives
    FLOP/s (2 n^3 per run); an ``Add`` of two ``N``-float vectors gives bytes/s (12 N
    bytes touched per run).
@@ -162,7 +164,8 @@ def _transfers(runs: int) -> tuple[list[dict[str, Any]], dict[str, float]]:
             }
         )
         logger.info("transfer %d floats: %.1f us per copy", n, 1e6 * copy_s)
-    fixed, per_byte, r2 = fit([(r["bytes"], r["per_copy_us"]) for r in rows])
+    _, per_byte, r2 = fit([(r["bytes"], r["per_copy_us"]) for r in rows])
+    fixed = rows[0]["per_copy_us"] - rows[0]["bytes"] * max(per_byte, 0.0)
     fitted = {
         "memcpy_latency_us": round(fixed, 3),
         "link_bytes_per_us": round(1 / per_byte, 1) if per_byte > 0 else float("inf"),
@@ -217,8 +220,9 @@ def _markdown(rows: list[dict[str, Any]], fitted: dict[str, float], compute: Any
         f"{shipped['ep_flops_per_us']} |",
         f"| EP bytes/us (Add) | {compute['ep']['bytes_per_us']} | {shipped['ep_bytes_per_us']} |",
         "",
-        f"Transfer fit `per copy = fixed + bytes / link` over {len(rows)} sizes: "
-        f"R^2 = {fitted['r2']}.",
+        f"Transfers: `link` is the least-squares slope of the per-copy time over "
+        f"{len(rows)} sizes (R^2 = {fitted['r2']}), `fixed` the smallest size's per-copy "
+        "time less its bytes over `link`.",
         "",
         "| floats | Memcpy (mixed / all-EP) | mixed ms | all-EP ms | CPU islands ms | "
         "per copy us |",

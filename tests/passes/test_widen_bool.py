@@ -102,10 +102,13 @@ def test_each_bool_data_movement_node_runs_in_int32_between_casts(
         widen_node(nodes[name], webgpu_table, 21)
         assert all(v.dtype != ir.DataType.BOOL for v in nodes[name].inputs if v is not None)
     casts = [n for n in model.graph if n.op_type == "Cast"]
-    # In: mask (one Cast shared by Pad and Shape), false, padded (to float), cut; back:
-    # one per bool output (padded, cut, both).
+    # In: mask (one Cast shared by Pad and Shape), padded (to float), cut; back: one per
+    # bool output (padded, cut, both). Pad's constant False becomes an int32 constant 0.
     to = collections.Counter(n.attributes.get_int("to") for n in casts)
-    assert to == {TensorProto.INT32: 3, FLOAT: 1, BOOL: 3}, to
+    assert to == {TensorProto.INT32: 2, FLOAT: 1, BOOL: 3}, to
+    fill = nodes["pad"].inputs[2]
+    assert fill is not None and fill.dtype == ir.DataType.INT32
+    assert ir.convenience.get_const_tensor(fill).numpy().tolist() == 0
     assert all(
         n.inputs[0].dtype == ir.DataType.BOOL for n in casts if n.attributes.get_int("to") != BOOL
     )

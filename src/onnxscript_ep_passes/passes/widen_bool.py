@@ -14,7 +14,8 @@ node falls back to CPU and ORT copies the mask there and back. Legalization
    parameter bound to the carrier, and ``Cast`` kernels bool -> carrier and carrier ->
    bool. No carrier: the node is not widened.
 3. **The rewrite.** Each bool input ``x`` is replaced by ``Cast(x, to=carrier)`` (one Cast
-   per value: an existing ``Cast`` of ``x`` to the carrier is reused), each bool output
+   per value: an existing ``Cast`` of ``x`` to the carrier is reused; a small constant
+   ``x``, such as ``Pad``'s ``constant_value``, becomes a carrier constant), each bool output
    ``y`` becomes a carrier value ``y'`` followed by ``y = Cast(y', to=BOOL)``. The node
    keeps its name, attributes and other inputs.
 4. **Exact.** Cast bool -> carrier maps False/True to 0/1, the node only moves or reads
@@ -31,10 +32,12 @@ from __future__ import annotations
 
 __all__ = ["CARRIERS", "WIDENABLE_OPS", "bool_components", "widen_carrier", "widen_node"]
 
+import numpy as np
 import onnx_ir as ir
 
 from onnxscript_ep_passes._onnx import get_schema
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
+from onnxscript_ep_passes.ep.shapes import small_constant
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.context import NodeRefusedError
 
@@ -65,6 +68,7 @@ CARRIERS = (ir.DataType.UINT8, ir.DataType.INT32, ir.DataType.UINT32, ir.DataTyp
 """Carrier types, in order of preference (rule 2): each holds 0 and 1 exactly."""
 
 _BOOL = ir.DataType.BOOL
+_MAX_CONSTANT = 1024
 
 
 def _type_str(dtype: ir.DataType) -> str:
@@ -151,6 +155,18 @@ def _cast(graph: ir.Graph, value: ir.Value, dtype: ir.DataType, name: str) -> ir
     return node
 
 
+def _small_constant(value: ir.Value) -> np.ndarray | None:
+    """The data of a small bool constant (a ``Constant`` output, or an initializer that is
+    not a graph input), else None."""
+    producer = value.producer()
+    if producer is None and (value.const_value is None or value.is_graph_input()):
+        return None
+    if producer is not None and producer.op_type != "Constant":
+        return None
+    tensor = small_constant(value, _MAX_CONSTANT)
+    return None if tensor is None else tensor.numpy()
+
+
 def _existing_cast(value: ir.Value, carrier: ir.DataType, graph: ir.Graph) -> ir.Value | None:
     """An existing ``Cast(value, to=carrier)`` in ``graph`` (rule 3: one Cast per value)."""
     for user, _ in value.uses():
@@ -184,6 +200,20 @@ def widen_node(node: ir.Node, table: KernelTable, opset: int) -> list[ir.Node]:
             continue
         assert value is not None
         carried = _existing_cast(value, carrier, graph)
+        constant = None if carried is not None else _small_constant(value)
+        if constant is not None:  # a carrier constant, not a Cast ORT must fold
+            made = ir.Node(
+                "",
+                "Constant",
+                [],
+                [ir.AttrTensor("value", ir.tensor(constant.astype(carrier.numpy())))],
+                name=f"{label}/widen_in_{index}",
+            )
+            graph.insert_before(node, made)
+            made.outputs[0].type = ir.TensorType(carrier)
+            made.outputs[0].shape = ir.Shape(constant.shape)
+            built.append(made)
+            carried = made.outputs[0]
         if carried is None:
             cast = _cast(graph, value, carrier, f"{label}/widen_in_{index}")
             graph.insert_before(node, cast)
