@@ -28,16 +28,14 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import onnx
 import onnx.helper as oh
-from make_synthetic import ExternalWriter, parse_bytes
+from make_synthetic import ExternalWriter, generator_main
 from onnx import TensorProto, numpy_helper
 
 __all__ = ["NODES_PER_BLOCK", "build"]
@@ -250,22 +248,9 @@ def build(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("output", type=Path, help="OUT.onnx (weights go to OUT.onnx.data)")
-    parser.add_argument("--nodes", type=int, default=40_000, help="about this many nodes")
-    parser.add_argument(
-        "--weight-bytes", type=parse_bytes, default="270M", help="float32 weight bytes: 270M"
+    return generator_main(
+        argv, __doc__.split("\n\n")[0], build, nodes=40_000, weight_bytes="270M", hidden=64
     )
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    info = build(args.output, args.nodes, args.weight_bytes, hidden=args.hidden, heads=args.heads)
-    info["seconds"] = round(time.perf_counter() - start, 2)
-    print(" ".join(f"{key}={value}" for key, value in info.items()))
-    return 0
 
 
 if __name__ == "__main__":

@@ -30,7 +30,9 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -260,32 +262,47 @@ def build(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def generator_main(
+    argv: list[str] | None,
+    description: str,
+    build: Callable[..., dict[str, Any]],
+    *,
+    nodes: int,
+    weight_bytes: str,
+    hidden: int,
+    seq: int | None = None,
+) -> int:
+    """The command line the model generators share: OUT, size options, build, one line out.
+
+    ``seq`` adds a ``--seq`` option (static sequence length) when the generator has one.
+    """
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("output", type=Path, help="OUT.onnx (weights go to OUT.onnx.data)")
-    parser.add_argument("--nodes", type=int, default=20_000, help="about this many nodes")
+    parser.add_argument("--nodes", type=int, default=nodes, help="about this many nodes")
     parser.add_argument(
-        "--weight-bytes", type=parse_bytes, default="480M", help="float32 weight bytes: 480M, 2.2G"
+        "--weight-bytes", type=parse_bytes, default=weight_bytes, help="float32 weight bytes"
     )
-    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--hidden", type=int, default=hidden)
     parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--seq", type=int, default=16)
+    if seq is not None:
+        parser.add_argument("--seq", type=int, default=seq)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     args.output.parent.mkdir(parents=True, exist_ok=True)
+    options = {"hidden": args.hidden, "heads": args.heads, "seed": args.seed}
+    if seq is not None:
+        options["seq"] = args.seq
     start = time.perf_counter()
-    info = build(
-        args.output,
-        args.nodes,
-        args.weight_bytes,
-        hidden=args.hidden,
-        heads=args.heads,
-        seq=args.seq,
-        seed=args.seed,
-    )
+    info = build(args.output, args.nodes, args.weight_bytes, **options)
     info["seconds"] = round(time.perf_counter() - start, 2)
     print(" ".join(f"{key}={value}" for key, value in info.items()))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return generator_main(
+        argv, __doc__.split("\n\n")[0], build, nodes=20_000, weight_bytes="480M", hidden=128, seq=16
+    )
 
 
 if __name__ == "__main__":

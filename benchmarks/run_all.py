@@ -13,6 +13,7 @@ scale      ``bench_scale.py``      ~1 GB in ``--workdir``; the EP search on 200k
 effect     ``bench_effect.py``     torch, the WebGPU plugin EP (lavapipe is enough)
 legalize   ``bench_legalize.py``   torch, the WebGPU plugin EP
 candidates ``bench_candidates.py`` torch, the WebGPU plugin EP; ~1 h on 2 shared cores
+calibrate  ``calibrate_cost.py``   the WebGPU plugin EP; a few minutes
 fusion     ``bench_fusion.py``     torch, the WebGPU plugin EP; onnxruntime-genai if present
 ========== ======================= ===============================================
 
@@ -42,6 +43,7 @@ SCRIPTS = {
     "effect": "bench_effect.py",
     "legalize": "bench_legalize.py",
     "candidates": "bench_candidates.py",
+    "calibrate": "calibrate_cost.py",
     "fusion": "bench_fusion.py",
 }
 QUICK = {  # tiny sizes: checks that the scripts run, measures nothing worth keeping
@@ -50,7 +52,8 @@ QUICK = {  # tiny sizes: checks that the scripts run, measures nothing worth kee
     "scale": ["--models", "300:1M,600:2M", "--timeout", "300"],
     "effect": ["--models", "cnn", "--opsets", "25"],
     "legalize": ["--models", "cnn", "--runs", "2", "--repeats", "1"],
-    "candidates": ["--models", "llama-dynamic", "--opsets", "24", "--runs", "1"],
+    "candidates": ["--models", "llama-dynamic", "--opsets", "24", "--runs", "1", "--rounds", "1"],
+    "calibrate": ["--runs", "2"],
     "fusion": ["--models", "llama", "--opsets", "24", "--runs", "2", "--no-genai"],
 }
 WORKDIR_ARG = {"cost", "scale"}

@@ -156,13 +156,14 @@ def test_sigkill_during_writes_leaves_old_or_new(tmp_path: Path, in_place: bool)
         killer.stdin.flush()
     assert killer.wait(timeout=60) == 0
     assert set(seen) <= ({"a"} if in_place else {"a", "b"})
-    # A clean run afterwards leaves OUT and its data file (temporaries of killed runs are
-    # the only other files, never a second copy of the weights next to OUT).
+    # Killed runs leave only their staging directories; a clean run afterwards removes
+    # them and leaves OUT and its data file alone, never a second copy of the weights.
+    assert all(name.endswith(".tmp") for name in _leftovers(out_dir, out))
     process = _writer(out, a)
     process.communicate("1\n")
     assert process.returncode == 0
     assert _identity(out) == "a"
-    assert all(name.endswith(".tmp") for name in _leftovers(out_dir, out))
+    assert _leftovers(out_dir, out) == []
 
 
 def test_concurrent_writers_to_one_output(tmp_path: Path) -> None:
@@ -254,3 +255,29 @@ def test_weights_reference_needs_the_input_directory(tmp_path: Path) -> None:
         main(argv)
     assert exit_.value.code == EXIT_USAGE
     assert not os.listdir(tmp_path / "elsewhere")
+
+
+def test_abandoned_staging_directories_are_removed(tmp_path: Path) -> None:
+    """A staging directory no process holds (its run was killed) is removed by the next
+    write to the same OUT; one a live writer holds, and other outputs' ones, are kept."""
+    import fcntl
+
+    src = _save_external(_model("a", 1), tmp_path / "in.onnx")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    abandoned = out_dir / ".m.onnx.0badc0de.tmp"
+    live = out_dir / ".m.onnx.1234abcd.tmp"
+    other = out_dir / ".n.onnx.0badc0de.tmp"
+    for directory in (abandoned, live, other):
+        directory.mkdir()
+        (directory / "m.onnx.data").write_bytes(b"\0" * 1024)
+    fd = os.open(live, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        argv = ["-q", "lower", str(src), "-o", str(out_dir / "m.onnx"), "--target-opset", "23"]
+        assert main(argv) == 0
+    finally:
+        os.close(fd)
+    assert not abandoned.exists()
+    assert live.exists() and other.exists()
+    assert _identity(out_dir / "m.onnx") == "a"

@@ -12,11 +12,17 @@ Llama, Qwen3, Gemma3 and Phi-3 ``*ForCausalLM`` models with inputs ``input_ids``
 ``[batch, kv_heads, past_sequence_length, head_dim]`` inputs, ``attention_mask`` over
 ``total_sequence_length`` and ``present.<i>.key|value`` outputs. Rules:
 
-- torch 2.13 exports opsets up to 25 (above, it falls back to 18): a model at opset 26, 27
-  or 28 is the opset-24 export up-converted by ``onnx.version_converter`` (exact: no op the
-  exports use changed meaning in 25..28; the result passes ``onnx.checker`` full check;
-  torch's exports at 24 and 25 are the same graph under another opset, and reusing the
-  24 one saves an export in CI).
+- torch 2.13 exports opsets up to 25 (above, it falls back to 18): a model at opset 25,
+  26, 27 or 28 is the opset-24 export up-converted by ``onnx.version_converter`` (exact:
+  no op the exports use changed meaning in 25..28; the result passes ``onnx.checker``
+  full check). For 25 this is what torch itself exports: its opset-25 export of the
+  dynamic Qwen3 had the same nodes (op types, names, inputs, attributes) and the same
+  initializers as the up-converted 24 one (checked 2026-11-30, torch 2.13), and reusing
+  the 24 export saves a torch export per model in CI.
+- ``gemma3_wide`` is Gemma3 with its config's default sliding window (4096 tokens)
+  instead of 64: the window cannot bind below 4096 tokens, so its attention is provably
+  causal (the fusion tests need one Gemma3 whose attention fuses; ``gemma3``'s 64-token
+  window must be refused).
 - Exports are cached per test session, and on disk under ``.pytest_cache/torch_exports``
   (keyed by the text of the functions that build them and the torch/transformers versions; set
   ``ONNXSCRIPT_EP_PASSES_EXPORT_CACHE=0`` to disable the disk cache).
@@ -32,6 +38,7 @@ __all__ = [
     "export_proto",
     "llm_export",
     "llm_inputs",
+    "llm_model",
     "sample_inputs",
 ]
 
@@ -150,8 +157,15 @@ def export_proto(kind: str, opset: int, attention: str = "sdpa") -> onnx.ModelPr
 LLMS = ("llama", "qwen3", "gemma3", "phi3")
 LLM_LAYERS = 4
 TORCH_MAX_OPSET = 25
+_BASE_OPSET = 24  # exported by torch; higher opsets are up-converted from it
 _VOCAB = 128
 _ROOT = Path(__file__).resolve().parent.parent
+
+
+def llm_model(kind: str) -> Any:
+    """The random-weight ``*ForCausalLM`` behind :func:`llm_export` (seeded: the same
+    weights each call)."""
+    return _llm(kind)
 
 
 def _llm(kind: str) -> Any:
@@ -172,13 +186,14 @@ def _llm(kind: str) -> Any:
         return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
     if kind == "qwen3":
         return transformers.Qwen3ForCausalLM(transformers.Qwen3Config(head_dim=16, **common))
-    if kind == "gemma3":
-        config = transformers.Gemma3TextConfig(head_dim=16, sliding_window=64, **common)
+    if kind in ("gemma3", "gemma3_wide"):
+        window = 64 if kind == "gemma3" else 4096
+        config = transformers.Gemma3TextConfig(head_dim=16, sliding_window=window, **common)
         return transformers.Gemma3ForCausalLM(config)
     if kind == "phi3":
         config = transformers.Phi3Config(pad_token_id=0, eos_token_id=1, **common)
         return transformers.Phi3ForCausalLM(config)
-    raise ValueError(f"unknown LLM {kind!r}; one of {LLMS}")
+    raise ValueError(f"unknown LLM {kind!r}; one of {LLMS} or gemma3_wide")
 
 
 def _llm_module(kind: str, kv_cache: bool) -> Any:
@@ -272,11 +287,11 @@ def _disk_cache_path(key: str) -> Path | None:
 
 @functools.cache
 def _cached_llm(kind: str, opset: int, kv_cache: bool) -> bytes:
-    if opset > TORCH_MAX_OPSET:
+    if opset > _BASE_OPSET:
         import onnx.version_converter
 
         base = onnx.ModelProto()
-        base.ParseFromString(_cached_llm(kind, 24, kv_cache))
+        base.ParseFromString(_cached_llm(kind, _BASE_OPSET, kv_cache))
         return onnx.version_converter.convert_version(base, opset).SerializeToString()
     _torch()
     path = _disk_cache_path(f"{kind}-{opset}-{'kv' if kv_cache else 'dynamic'}")

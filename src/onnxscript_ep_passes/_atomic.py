@@ -7,6 +7,10 @@ Rules (see ``model_io``'s docstring for the whole contract):
   a name the old OUT does not use), then the graph, then removes data files named after
   OUT that the new graph does not use. A clean failure leaves nothing behind.
 * Copies never read past the end they are given.
+* A staging directory is flock'ed by its writer for its whole life. A run killed before
+  its cleanup leaves its directory unlocked; the next writer to the same OUT removes such
+  abandoned ``.OUT.<8 hex>.tmp/`` directories (creation and the scan both happen under the
+  directory lock, so a live writer's fresh directory is never taken for abandoned).
 """
 
 from __future__ import annotations
@@ -49,6 +53,31 @@ class Stage:
         )
         self.graph = self.path / out.name
         self.preferred = f"{out.name}.data"
+        self._held: int | None = None  # fd holding the flock on the staging directory
+
+    def create(self) -> None:
+        """Make the staging directory, lock it, and remove abandoned ones of this OUT."""
+        with _directory_lock(self.directory) as locked:
+            os.mkdir(self.path)
+            if locked:
+                self._held = _try_lock(self.path)
+                self._remove_abandoned()
+
+    def _remove_abandoned(self) -> None:
+        pattern = re.compile(r"\." + re.escape(self.out.name) + r"\.[0-9a-f]{8}\.tmp")
+        for entry in os.scandir(self.directory):
+            if not pattern.fullmatch(entry.name) or entry.path == str(self.path):
+                continue
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            fd = _try_lock(Path(entry.path))
+            if fd is None:
+                continue  # a live writer holds it
+            try:
+                logger.info("removing %s, left by an interrupted run", entry.name)
+                shutil.rmtree(entry.path, ignore_errors=True)
+            finally:
+                os.close(fd)
 
     def data_name(self, read: set[Path]) -> str:
         """``OUT.data`` unless it is a file the input reads or the existing OUT may use."""
@@ -121,6 +150,25 @@ class Stage:
 
     def cleanup(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+        if self._held is not None:
+            os.close(self._held)
+            self._held = None
+
+
+def _try_lock(path: Path) -> int | None:
+    """An fd holding a non-blocking exclusive flock on ``path``; None if another holds it."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 @contextlib.contextmanager

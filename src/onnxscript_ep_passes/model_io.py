@@ -258,7 +258,7 @@ def save_model(
         external_data = external or sum(t.nbytes for t in tensors) > _INLINE_WEIGHTS_LIMIT
     source = model.meta.get(_SOURCE_KEY)
     stage = _Stage(out, source if isinstance(source, str) else None)
-    os.mkdir(stage.path)
+    stage.create()
     try:
         data_name, keep = _write(model, stage, external_data=external_data, weights=weights)
         stage.commit(data_name, keep)
@@ -398,7 +398,7 @@ def save_proto(proto: onnx.ModelProto, out: str | os.PathLike[str], source: Path
             "choose another output path"
         )
     stage = _Stage(target, None)
-    os.mkdir(stage.path)
+    stage.create()
     try:
         if source is None:
             stage.write_graph(proto)

@@ -2,16 +2,26 @@
 
 :func:`add_arguments` declares its options; :func:`run` loads the model, runs
 :class:`~onnxscript_ep_passes.pipeline.OptimizeForEpPass`, saves the result, writes
-``--report-json`` and returns the lines to show (one per fusion tried, then the output).
+``--report-json`` (validated by :func:`report_schema`, the JSON Schema shipped as
+``optimize_report.schema.json``) and returns the lines to show (one per fusion tried; with ``--measure``
+one per candidate measured, predicted vs measured; then the output).
 """
 
 from __future__ import annotations
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "report_schema", "run"]
 
 import argparse
 import json
 from pathlib import Path
+from typing import Any
+
+
+def report_schema() -> dict[str, Any]:
+    """The JSON Schema of ``optimize --report-json`` (``OptimizeForEpPass.report()``)."""
+    from onnxscript_ep_passes.report import package_schema
+
+    return package_schema("optimize_report.schema.json")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,10 +38,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=4096,
         help="longest past + current sequence a fused attention must support (default 4096)",
     )
+    measure_help = (
+        "run the fused and the unfused model in real ORT sessions on the EP (and the "
+        "lowering's best opsets); keep the fastest (the EP must be loadable here)"
+    )
+    parser.add_argument("--measure", action="store_true", help=measure_help)
+    dims_help = "sizes of symbolic dimensions for estimates and measured runs (NAME=SIZE,...)"
+    parser.add_argument("--dims", metavar="NAME=SIZE,...", help=dims_help)
     parser.add_argument("--report-json", help="write what was fused (JSON) to this file")
 
 
 def run(args: argparse.Namespace) -> list[str]:
+    from onnxscript_ep_passes.ep.dims import parse_dims
     from onnxscript_ep_passes.model_io import load_model, save_model
     from onnxscript_ep_passes.pipeline import OptimizeForEpPass
 
@@ -43,9 +61,13 @@ def run(args: argparse.Namespace) -> list[str]:
         legalize=not args.no_legalize,
         fuse=not args.no_fuse,
         max_length=args.max_length,
+        dims=parse_dims(args.dims),
+        measure=args.measure,
     )
     pipeline(model)
     save_model(model, args.output)
     if args.report_json:
         Path(args.report_json).write_text(json.dumps(pipeline.report(), indent=1) + "\n")
-    return [f"fusion {r.summary()}" for r in pipeline.fusions] + [f"wrote {args.output}"]
+    lines = [f"fusion {r.summary()}" for r in pipeline.fusions]
+    lines += [f"candidate {c.summary()}" for c in pipeline.candidates]
+    return [*lines, f"wrote {args.output}"]

@@ -22,6 +22,14 @@ runs, in order:
 
 For the CPU EP only step 1 runs. ``fuse=False`` skips steps 2 and 4. :data:`ep_pass_list`
 gives steps 1, 3 and 5 as a list, to append to one's own pipeline.
+
+With ``measure=True`` (``optimize --measure``; the EP must be loadable here) steps 2-5
+also run without the fusions, on a copy of step 1's output, and when a fusion was kept
+both models run in real sessions on the EP
+(:func:`~onnxscript_ep_passes.fusion.choice.choose_by_measurement`): the faster one
+(median latency; a tie keeps the fused one) is the result, and :attr:`OptimizeForEpPass.
+candidates` holds each one's predicted and measured figures. The lowering then also
+measures its opset candidates (``LowerOpsetForEpPass(measure=True)``).
 """
 
 from __future__ import annotations
@@ -41,6 +49,11 @@ from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.names import canonical_ep_name
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
 from onnxscript_ep_passes.ep.table_choice import get_table
+from onnxscript_ep_passes.fusion.choice import (
+    CandidateRecord,
+    choose_by_measurement,
+    predicted_counts,
+)
 from onnxscript_ep_passes.fusion.fuse_for_ep import (
     ATTENTION_FUSIONS,
     NORM_FUSIONS,
@@ -97,6 +110,11 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         table: A kernel table to use instead of looking one up.
         fuse: Run step 2.
         max_length: Longest past + current sequence a fused attention must support.
+        dims: Sizes of symbolic dims for the cost estimate and measured runs (a
+            ``DimSizes``, a mapping, a ``--dims`` string or None).
+        measure: Choose between the fused and the unfused model by running both
+            (module docstring).
+        measure_rounds: Interleaved timed runs per candidate when measuring.
     """
 
     def __init__(
@@ -111,9 +129,13 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         max_length: int = 4096,
         dims: Any = None,
         measure: bool = False,
+        measure_rounds: int = 20,
     ) -> None:
         self.dims = dims  # a DimSizes, a mapping, a --dims string or None (the lowering's)
         self.measure = measure
+        self.measure_rounds = measure_rounds
+        self.candidates: list[CandidateRecord] = []
+        self.chosen: str | None = None
         self.ep = canonical_ep_name(ep)
         self.ort_version = ort_version
         self.target_opset = target_opset
@@ -128,17 +150,11 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         self.after: PlacementPrediction | None = None
 
     def report(self) -> dict[str, Any]:
-        """What the last run did: fusions and the predicted placement before and after."""
+        """What the last run did: fusions, the predicted placement before and after, and
+        (``measure``) each candidate's predicted and measured figures."""
 
         def side(p: PlacementPrediction | None) -> dict[str, int] | None:
-            if p is None:
-                return None
-            return {
-                "memcpy": p.memcpy,
-                "fallback_nodes": len(p.fallback_nodes),
-                "cpu_nodes": len(p.cpu_nodes),
-                "nodes": len(p.nodes),
-            }
+            return None if p is None else predicted_counts(p)
 
         table = self.table
         return {
@@ -150,32 +166,55 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
             "fusions": [r.to_dict() for r in self.fusions],
             "predicted_before": side(self.before),
             "predicted_after": side(self.after),
+            "measured": self.measure,
+            "chosen": self.chosen,
+            "candidates": [c.to_dict() for c in self.candidates],
         }
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         self.source_opset = model.opset_imports.get("")
-        self.fusions = []
+        self.fusions, self.candidates, self.chosen = [], [], None
         _Optimize()(model)
         if self.ep in CPU_EPS:
             self.opset = model.opset_imports.get("")
             return ir.passes.PassResult(model, modified=True)
         table = self.table = self.table or get_table(self.ep, self.ort_version)
         self.before = predict_placement(model, table)
-        self._run(model, table)
+        unfused = model.clone() if self.measure and self.fuse else None
+        self._run(model, table, fuse=self.fuse)
+        if unfused is not None:
+            self._choose(model, unfused, table)
         self.opset = model.opset_imports.get("")
         self.after = predict_placement(model, table)
         return ir.passes.PassResult(model, modified=True)
 
-    def _fuse(self, model: ir.Model, table: KernelTable, fusions: tuple[FusionSpec, ...]) -> None:
-        if self.fuse:
+    def _choose(self, model: ir.Model, unfused: ir.Model, table: KernelTable) -> None:
+        """Measure the fused and the unfused model; keep the faster (module docstring)."""
+        if not any(r.kept for r in self.fusions):
+            logger.info("--measure: nothing was fused, one candidate, nothing to choose")
+            return
+        self._run(unfused, table, fuse=False)
+        self.chosen, self.candidates = choose_by_measurement(
+            [("fused", model), ("unfused", unfused)],
+            table,
+            self.dims,
+            rounds=self.measure_rounds,
+        )
+        if self.chosen == "unfused":
+            adopt(model, unfused)
+
+    def _fuse(
+        self, model: ir.Model, table: KernelTable, fusions: tuple[FusionSpec, ...], fuse: bool
+    ) -> None:
+        if fuse:
             fusing = FuseForEpPass(
                 self.ep, table=table, max_length=self.max_length, fusions=fusions
             )
             fusing(model)
             self.fusions.extend(fusing.records)
 
-    def _run(self, model: ir.Model, table: KernelTable) -> None:
-        self._fuse(model, table, ATTENTION_FUSIONS)
+    def _run(self, model: ir.Model, table: KernelTable, *, fuse: bool) -> None:
+        self._fuse(model, table, ATTENTION_FUSIONS, fuse)
         lowering = LowerOpsetForEpPass(
             self.ep,
             self.ort_version,
@@ -186,7 +225,7 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
             measure=self.measure,
         )
         lowered = lowering(model).modified
-        self._fuse(model, table, NORM_FUSIONS)
+        self._fuse(model, table, NORM_FUSIONS, fuse)
         if not lowered:
             _Optimize()(model)
             return
@@ -221,8 +260,9 @@ def optimize_for_ep(
 ) -> ir.Model:
     """Optimize ``model`` for ``ep`` in place (see module docstring) and return it.
 
-    ``dims`` and ``measure`` are the EP pass's (the cost objective's dimension sizes;
-    measuring the best candidates in real sessions).
+    ``dims`` and ``measure`` are :class:`OptimizeForEpPass`'s (the cost objective's
+    dimension sizes; choosing between the fused and the unfused model, and the lowering's
+    opset candidates, by measuring them in real sessions).
     """
     OptimizeForEpPass(
         ep,

@@ -59,6 +59,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "choice_report",
     "format_report",
+    "package_schema",
     "placement_report",
     "print_report",
     "render_report",
@@ -95,15 +96,20 @@ SCHEMA_VERSION = 1
 
 
 @functools.cache
-def report_schema() -> dict[str, Any]:
-    """The JSON Schema of :func:`placement_report`'s output (shipped in the package)."""
+def package_schema(filename: str) -> dict[str, Any]:
+    """A JSON Schema shipped in the package (``report.schema.json``, ...)."""
     text = (
         importlib.resources.files("onnxscript_ep_passes")
-        .joinpath("report.schema.json")
+        .joinpath(filename)
         .read_text(encoding="utf-8")
     )
     schema: dict[str, Any] = json.loads(text)
     return schema
+
+
+def report_schema() -> dict[str, Any]:
+    """The JSON Schema of :func:`placement_report`'s output (shipped in the package)."""
+    return package_schema("report.schema.json")
 
 
 def _side(opset: int, prediction: PlacementPrediction) -> dict[str, Any]:

@@ -50,3 +50,11 @@ def test_shape_elements_count_one_unknown_dimension_only() -> None:
     shape = ir.Shape(["batch", 4, None, None])
     assert sizes.elements(shape) == 2 * 4 * DEFAULT_SEQUENCE
     assert sizes.elements([3, 5]) == 15
+
+
+def test_names_shape_inference_made_up_are_unknown() -> None:
+    sizes = DimSizes()
+    shape = ir.Shape(["unk__61", "unk__62", "unk__63", "unk__64"])
+    assert sizes.elements(shape) == DEFAULT_SEQUENCE
+    assert sizes.size("unk__7") == DEFAULT_SEQUENCE
+    assert DimSizes.of({"unk__7": 3}).named("unk__7") == 3  # a user's binding still counts

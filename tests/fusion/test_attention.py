@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 from onnxscript_ep_passes.fusion.attention import fuse_attention_to_gqa
 from onnxscript_ep_passes.fusion.evaluate import Sizes, generate_feeds, run_model
-from tests.fusion.exports import decoder_proto
+from tests.torch_models import llm_export
 
 torch_only = [pytest.mark.torch, pytest.mark.filterwarnings("ignore::FutureWarning")]
 
@@ -38,24 +38,38 @@ def _assert_same(original: onnx.ModelProto, fused: ir.Model, sizes: Sizes) -> No
         np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("kv", [False, True], ids=["prefill", "kv_cache"])
+@pytest.mark.parametrize(
+    ("kind", "kv"), [("llama", False), ("qwen3", True)], ids=["llama-prefill", "qwen3-kv_cache"]
+)
 @pytest.mark.torch
 @pytest.mark.filterwarnings("ignore::FutureWarning")
-def test_llama_attention_becomes_gqa_with_rotary_inside(kv: bool) -> None:
-    proto = decoder_proto("llama", 24, kv=kv)
+def test_decoder_attention_becomes_gqa_with_rotary_inside(kind: str, kv: bool) -> None:
+    # the exports the e2e tests use too (one torch export fewer in CI)
+    proto = llm_export(kind, 24, kv_cache=kv)
     model, fused, refused = _fused(proto)
-    assert fused == 2 and not refused, refused
+    assert fused == 4 and not refused, refused
     ops = _ops(model)
-    assert ops["GroupQueryAttention"] == 2 and ops["Attention"] == 0
+    assert ops["GroupQueryAttention"] == 4 and ops["Attention"] == 0
     # the rotary subgraph (Cos/Sin) and the mask subgraph are gone: caches are initializers
     assert ops["Cos"] == 0 and ops["LessOrEqual"] == 0 and ops["GatherND"] == 0
     gqa = next(n for n in model.graph if n.op_type == "GroupQueryAttention")
     assert gqa.attributes.get_int("do_rotary", 0) == 1
     assert gqa.attributes.get_int("num_heads", 0) == 4
     assert gqa.attributes.get_int("kv_num_heads", 0) == 2
-    _assert_same(proto, model, Sizes(1, 5, 3) if kv else Sizes(1, 8, 0))
+    # batch 2 without a past; with one, batch 1 (ORT's GroupQueryAttention refuses
+    # batch > 1 with a past and more than one new token)
+    _assert_same(proto, model, Sizes(1, 5, 3) if kv else Sizes(2, 8, 0))
     if kv:
         _assert_same(proto, model, Sizes(1, 1, 9))  # one generated token after 9
+
+
+@pytest.mark.torch
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_gemma3_sliding_window_attention_is_refused_with_the_reason() -> None:
+    model, fused, refused = _fused(llm_export("gemma3", 24))
+    assert fused == 0 and len(refused) == 4
+    assert all("mask not proven causal" in why and "j + 63 >= 0" in why for why in refused.values())
+    assert _ops(model)["Attention"] == 4
 
 
 def _attention_model(mask_input: bool, is_causal: int) -> onnx.ModelProto:
@@ -78,7 +92,7 @@ def _attention_model(mask_input: bool, is_causal: int) -> onnx.ModelProto:
     ("mask_input", "is_causal", "reason"),
     [
         (False, 0, "not causal"),
-        (True, 0, "mask is not causal"),
+        (True, 0, "mask not proven causal: input m"),
         (True, 1, "both a mask and is_causal"),
     ],
 )

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxscript_ep_passes.ep import get_table, load_snapshot
 from onnxscript_ep_passes.fusion import FUSIONS, FuseForEpPass, FusionSpec
-from tests.fusion.exports import decoder_proto
+from tests.torch_models import llm_export
 
 torch_export = [pytest.mark.torch, pytest.mark.filterwarnings("ignore::FutureWarning")]
 
@@ -21,13 +21,13 @@ def _records(pass_: FuseForEpPass) -> dict[str, dict]:
 @pytest.mark.torch
 @pytest.mark.filterwarnings("ignore::FutureWarning")
 def test_webgpu_table_fuses_attention_and_norms_with_verified_differences() -> None:
-    model = ir.from_proto(decoder_proto("llama", 24))
+    model = ir.from_proto(llm_export("llama", 24))
     fusing = FuseForEpPass("webgpu", table=load_snapshot("webgpu-ort-1.32"), max_length=128)
     assert fusing(model).modified
     records = _records(fusing)
-    assert records["group_query_attention"]["count"] == 2
-    assert records["skip_rms_normalization"]["count"] == 4
-    assert records["rms_normalization"]["count"] == 5
+    assert records["group_query_attention"]["count"] == 4
+    assert records["skip_rms_normalization"]["count"] == 8
+    assert records["rms_normalization"]["count"] == 9
     for name in ("group_query_attention", "skip_rms_normalization", "rms_normalization"):
         record = records[name]
         assert record["kept"], record
@@ -41,14 +41,14 @@ def test_webgpu_table_fuses_attention_and_norms_with_verified_differences() -> N
 @pytest.mark.filterwarnings("ignore::FutureWarning")
 def test_an_ep_without_the_fused_kernels_keeps_the_onnx_form() -> None:
     # The shipped CUDA tables list ai.onnx kernels only: no com.microsoft fusion happens.
-    model = ir.from_proto(decoder_proto("llama", 24))
+    model = ir.from_proto(llm_export("llama", 24))
     fusing = FuseForEpPass("cuda", table=get_table("cuda", "1.24"), max_length=128)
     fusing(model)
     records = _records(fusing)
     gqa = records["group_query_attention"]
     assert not gqa["kept"] and gqa["count"] == 0 and "not registered" in gqa["reason"]
     assert not any(n.op_type == "GroupQueryAttention" for n in model.graph)
-    assert sum(n.op_type == "Attention" for n in model.graph) == 2
+    assert sum(n.op_type == "Attention" for n in model.graph) == 4
 
 
 def _small_model() -> ir.Model:

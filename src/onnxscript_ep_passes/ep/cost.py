@@ -33,8 +33,11 @@ and real compute left on the CPU. :func:`placement_cost` prices a
    before legalized; :func:`best_candidate` takes the best undominated one.
 
 The rates describe a generic discrete accelerator behind PCIe (10 us per Memcpy, 10 GB/s
-link, a 50 GFLOP/s / 20 GB/s CPU, a 5 TFLOP/s / 300 GB/s device). They rank candidates;
-they do not predict absolute latency (``--measure`` does).
+link, a 50 GFLOP/s / 20 GB/s CPU, a 5 TFLOP/s / 300 GB/s device): round figures, not a
+calibration (docs/ep.md, "Where the rates come from", says where each comes from and why
+the one EP measurable here, WebGPU on lavapipe, cannot calibrate them:
+``benchmarks/calibrate_cost.py``). They rank candidates; they do not predict absolute
+latency (``--measure`` does). Rules 5 and 6 hold whatever the rates.
 """
 
 from __future__ import annotations

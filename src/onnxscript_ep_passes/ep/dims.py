@@ -17,7 +17,10 @@ or what a node computes needs numbers. Rules:
    by the user is used as given even when it looks like an expression.
 4. A dimension with neither a value nor a name (unknown) counts as ``DEFAULT_SEQUENCE``;
    in a shape, only the first unknown dimension does, the others count 1 (a rank-4 mask
-   of unknown dimensions is not 128**4 elements).
+   of unknown dimensions is not 128**4 elements). A name ONNX shape inference made up for
+   an unknown dimension (``unk__<n>``) is unknown too, not a name: a rank-4 value of
+   such dims once priced an Identity at 7 ms and made the estimate pick a copy that
+   kept another candidate's model.
 
 The same :class:`DimSizes` generates the inputs of measured runs
 (:mod:`~onnxscript_ep_passes.ep.measure`), so prediction and measurement assume the same
@@ -46,6 +49,7 @@ DEFAULT_SEQUENCE = 128
 DEFAULT_PAST = 128
 
 _NAME = re.compile(r"^[A-Za-z_][\w.:/-]*$")
+_INFERRED = re.compile(r"^unk__\d+$")  # onnx shape inference's name for an unknown dim
 _BINARY: dict[type, Callable[[int, int], int]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -123,7 +127,7 @@ class DimSizes:
         value = getattr(dim, "value", dim)
         if isinstance(value, int):
             return max(value, 0)
-        if isinstance(value, str) and value:
+        if isinstance(value, str) and value and not _INFERRED.match(value):
             return self.named(value)
         return DEFAULT_SEQUENCE
 
@@ -135,7 +139,7 @@ class DimSizes:
             value = dim if type(dim) is int else getattr(dim, "value", dim)
             if isinstance(value, int):
                 total *= max(value, 0)
-            elif isinstance(value, str) and value:
+            elif isinstance(value, str) and value and not _INFERRED.match(value):
                 total *= self.named(value)
             else:
                 total *= 1 if unknown else DEFAULT_SEQUENCE

@@ -17,6 +17,10 @@ table; measuring asks ORT itself, for any EP it can load here. Rules:
 4. Latency: ``warmup`` runs, then the median of ``runs`` timed runs, in milliseconds.
 5. :func:`pick_fastest` chooses the lowest median latency; equal latencies go to the
    earlier candidate (the caller passes them best-estimate first).
+6. :func:`measure_interleaved` measures several candidates on a shared machine: one
+   session each (rule 1), all warmed up, then ``rounds`` rounds in which each candidate
+   runs once in turn (ABAB...), so a burst of load from elsewhere hits every candidate
+   alike; each gets the median (and the minimum) of its rounds.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ __all__ = [
     "CandidateMeasurement",
     "generate_inputs",
     "measure_candidate",
+    "measure_interleaved",
     "pick_fastest",
 ]
 
@@ -56,6 +61,7 @@ class CandidateMeasurement:
         ep_nodes: Nodes ORT placed on ``ep``.
         latency_ms: Median latency of the timed runs.
         runs: Timed runs.
+        min_ms: Fastest timed run (set by :func:`measure_interleaved`).
     """
 
     ep: str
@@ -64,6 +70,7 @@ class CandidateMeasurement:
     ep_nodes: int
     latency_ms: float
     runs: int
+    min_ms: float | None = None
 
     def to_dict(self) -> dict[str, float | int]:
         return {"memcpy": self.memcpy, "cpu_nodes": self.cpu_nodes, "latency_ms": self.latency_ms}
@@ -103,6 +110,47 @@ def generate_inputs(
     return feeds
 
 
+class _Timed:
+    """A candidate's real session (rule 1), its placement (rule 2) and inputs (rule 3)."""
+
+    def __init__(
+        self,
+        model: ir.Model | onnx.ModelProto,
+        ep: str,
+        dims: DimSizes | None,
+        provider_options: dict[str, str] | None,
+    ) -> None:
+        import onnxruntime as ort
+
+        proto = model if isinstance(model, onnx.ModelProto) else ir.serde.serialize_model(model)
+        self.session, self.placement = measured_session(
+            proto,
+            ep,
+            graph_optimization_level=ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+            provider_options=provider_options,
+        )
+        self.feeds = generate_inputs(proto, dims)
+        self.names = [o.name for o in self.session.get_outputs()]
+        self.times: list[float] = []
+
+    def run(self, timed: bool = True) -> None:
+        start = time.perf_counter()
+        self.session.run(self.names, self.feeds)
+        if timed:
+            self.times.append((time.perf_counter() - start) * 1000.0)
+
+    def result(self, with_min: bool = False) -> CandidateMeasurement:
+        return CandidateMeasurement(
+            ep=self.placement.ep,
+            memcpy=self.placement.memcpy,
+            cpu_nodes=len(self.placement.cpu_nodes),
+            ep_nodes=self.placement.ep_node_count,
+            latency_ms=round(statistics.median(self.times), 4),
+            runs=len(self.times),
+            min_ms=round(min(self.times), 4) if with_min else None,
+        )
+
+
 def measure_candidate(
     model: ir.Model | onnx.ModelProto,
     ep: str,
@@ -118,34 +166,38 @@ def measure_candidate(
         NoEpNodesError: the EP received no node (the session would run on CPU only).
         RuntimeError: the EP cannot be loaded here.
     """
-    import onnxruntime as ort
-
-    proto = model if isinstance(model, onnx.ModelProto) else ir.serde.serialize_model(model)
-    session, placement = measured_session(
-        proto,
-        ep,
-        graph_optimization_level=ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-        provider_options=provider_options,
-    )
-    feeds = generate_inputs(proto, dims)
-    names = [o.name for o in session.get_outputs()]
+    timed = _Timed(model, ep, dims, provider_options)
     for _ in range(warmup):
-        session.run(names, feeds)
-    times = []
+        timed.run(timed=False)
     for _ in range(max(1, runs)):
-        start = time.perf_counter()
-        session.run(names, feeds)
-        times.append((time.perf_counter() - start) * 1000.0)
-    result = CandidateMeasurement(
-        ep=placement.ep,
-        memcpy=placement.memcpy,
-        cpu_nodes=len(placement.cpu_nodes),
-        ep_nodes=placement.ep_node_count,
-        latency_ms=round(statistics.median(times), 4),
-        runs=len(times),
-    )
-    logger.debug("measured on %s: %s", placement.ep, result)
+        timed.run()
+    result = timed.result()
+    logger.debug("measured on %s: %s", timed.placement.ep, result)
     return result
+
+
+def measure_interleaved(
+    models: Sequence[ir.Model | onnx.ModelProto],
+    ep: str,
+    dims: DimSizes | None = None,
+    *,
+    warmup: int = 3,
+    rounds: int = 20,
+    provider_options: dict[str, str] | None = None,
+) -> list[CandidateMeasurement]:
+    """Measure ``models`` on ``ep`` in interleaved rounds (rule 6), in their order.
+
+    Raises:
+        NoEpNodesError, RuntimeError: as :func:`measure_candidate`.
+    """
+    timed = [_Timed(model, ep, dims, provider_options) for model in models]
+    for _ in range(warmup):
+        for candidate in timed:
+            candidate.run(timed=False)
+    for _ in range(max(1, rounds)):
+        for candidate in timed:
+            candidate.run()
+    return [candidate.result(with_min=True) for candidate in timed]
 
 
 def pick_fastest(measured: Sequence[tuple[Any, CandidateMeasurement]]) -> Any:

@@ -2,13 +2,17 @@
 
 - :mod:`~onnxscript_ep_passes.fusion.attention` -- torch's ai.onnx ``Attention`` (with
   rotary, repeat_kv and KV cache) -> ``GroupQueryAttention`` (the graph walk in
-  :mod:`~onnxscript_ep_passes.fusion.attention_match`);
+  :mod:`~onnxscript_ep_passes.fusion.attention_match`; its mask proven causal by
+  :mod:`~onnxscript_ep_passes.fusion.mask_proof` over
+  :mod:`~onnxscript_ep_passes.fusion.mask_terms`);
 - :mod:`~onnxscript_ep_passes.fusion.normalization` -- RMS normalizations ->
   ``SimplifiedLayerNormalization`` / ``SkipSimplifiedLayerNormalization``;
 - :mod:`~onnxscript_ep_passes.fusion.evaluate` -- running parts of a model on generated
   inputs (the numeric checks);
 - :mod:`~onnxscript_ep_passes.fusion.fuse_for_ep` -- :class:`FuseForEpPass`: each fusion
-  gated by the EP's kernel table and verified by running the model.
+  gated by the EP's kernel table and verified by running the model;
+- :mod:`~onnxscript_ep_passes.fusion.choice` -- choosing between the fused and the
+  unfused model by measuring both on the EP (``optimize --measure``).
 """
 
 from onnxscript_ep_passes.fusion.attention import AttentionFusionResult, fuse_attention_to_gqa

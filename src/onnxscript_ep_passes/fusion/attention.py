@@ -18,12 +18,13 @@ Conditions (proved from the graph, or refused):
   q/k/v 4-D with static head counts and head size; repeat_kv (if any) repeats each KV
   head ``H / Hkv`` times in place (Unsqueeze axis 2), which is GQA's grouping.
 - **mask**: either absent with ``is_causal=1`` and no KV cache, or a tensor that
-  depends only on graph inputs (``attention_mask``, token ids, past key/values) and
-  constants, and that *evaluates* to ``causal(j <= past + i) AND attention_mask[b, j]``
-  at every sample size in :data:`MASK_SAMPLES` (ones and right-padded masks). This is a
-  check on samples, not a symbolic proof; GroupQueryAttention then derives
-  ``seqlens_k = sum(attention_mask) - 1``, which equals that mask for masks of ones and
-  for right padding on the valid tokens (left padding or holes: not equal, as in GenAI).
+  :func:`~onnxscript_ep_passes.fusion.mask_proof.prove_causal_mask` proves, from the
+  graph and for every size up to ``max_length`` tokens, to be
+  ``causal(j <= past + i) AND attention_mask[b, j]`` (no sampling: a sliding window
+  that can bind, or a mask the proof cannot read, is refused with the reason).
+  GroupQueryAttention then derives ``seqlens_k = sum(attention_mask) - 1``, which
+  equals that mask for masks of ones and for right padding on the valid tokens (left
+  padding or holes: not equal, as in GenAI).
 - **rotary**: matched structurally (non-interleaved ``rotate_half`` at opsets 24+, or
   ai.onnx ``RotaryEmbedding-23`` without position_ids; full head size), the same cos/sin
   for q and k, and cos/sin evaluated as functions of position only: at ``max_length``
@@ -35,7 +36,7 @@ Conditions (proved from the graph, or refused):
 
 from __future__ import annotations
 
-__all__ = ["MASK_SAMPLES", "AttentionFusionResult", "fuse_attention_to_gqa"]
+__all__ = ["AttentionFusionResult", "fuse_attention_to_gqa"]
 
 import dataclasses
 import logging
@@ -50,12 +51,11 @@ from onnxscript_ep_passes.fusion.attention_match import (
     match_attention,
 )
 from onnxscript_ep_passes.fusion.evaluate import Sizes, evaluate_values, generate_feeds
+from onnxscript_ep_passes.fusion.mask_proof import prove_causal_mask
 
 logger = logging.getLogger(__name__)
 
 MS_DOMAIN = "com.microsoft"
-MASK_SAMPLES = ((1, 1, 0), (2, 3, 0), (1, 8, 0), (2, 33, 0), (2, 1, 5), (1, 4, 3), (2, 7, 9))
-"""(batch, sequence, past) sizes at which a mask is evaluated (past > 0 needs a KV cache)."""
 
 
 @dataclasses.dataclass
@@ -67,19 +67,7 @@ class AttentionFusionResult:
     notes: dict[str, str] = dataclasses.field(default_factory=dict)  # fused, with a caveat
 
 
-def _samples(has_past: bool) -> list[Sizes]:
-    return [Sizes(b, s, p) for b, s, p in MASK_SAMPLES if has_past or p == 0]
-
-
-def _allowed(mask: np.ndarray) -> np.ndarray:
-    if mask.dtype == np.bool_:
-        return mask
-    if np.any((mask != 0) & (mask > -1e30)):
-        raise RefusedError("float mask with values other than 0 and -inf/lowest")
-    return mask == 0
-
-
-def _prove_mask(model: ir.Model, match: AttentionMatch) -> None:
+def _prove_mask(model: ir.Model, match: AttentionMatch, max_length: int) -> None:
     node = match.node
     mask = node.inputs[3] if len(node.inputs) > 3 else None
     causal = node.attributes.get_int("is_causal", 0)
@@ -91,38 +79,7 @@ def _prove_mask(model: ir.Model, match: AttentionMatch) -> None:
         return
     if causal:
         raise RefusedError("both a mask and is_causal=1")
-    has_past = match.past_key is not None
-    for sizes in _samples(has_past):
-        for padded in (False, True):
-            feeds = generate_feeds(model.graph.inputs, sizes)
-            am = feeds.get("attention_mask")
-            if padded:
-                if am is None or sizes.total < 2:
-                    continue
-                am[-1, sizes.total - 1 :] = 0
-            try:
-                (value,) = evaluate_values(model, [mask], feeds)
-            except Exception as error:
-                raise RefusedError(f"mask cannot be evaluated: {error}") from error
-            if value.ndim != 4:
-                raise RefusedError(f"mask of rank {value.ndim}")
-            seq, total = value.shape[-2:]  # the model's own sizes where they are static
-            i = np.arange(seq)[:, None]
-            j = np.arange(total)[None, :]
-            expected = (j <= total - seq + i)[None, None]
-            if am is not None:
-                if am.shape[-1] != total:
-                    raise RefusedError(f"attention_mask covers {am.shape[-1]}, not {total} keys")
-                expected = expected & (am[:, None, None, :] != 0)
-            actual = _allowed(value)
-            try:
-                shape = np.broadcast_shapes(actual.shape, expected.shape)
-            except ValueError as error:
-                raise RefusedError(f"mask shape {value.shape} at {sizes}") from error
-            if len(shape) != 4 or not np.array_equal(
-                np.broadcast_to(actual, shape), np.broadcast_to(expected, shape)
-            ):
-                raise RefusedError(f"mask is not causal AND attention_mask at {sizes}")
+    prove_causal_mask(model, mask, max_length=max_length)
 
 
 def _rotary_caches(
@@ -306,7 +263,7 @@ def fuse_attention_to_gqa(model: ir.Model, *, max_length: int = 4096) -> Attenti
         label = node.name or f"Attention#{len(result.refused) + result.fused}"
         try:
             match = match_attention(node, graph)
-            _prove_mask(model, match)
+            _prove_mask(model, match, max_length)
             if match.rotary is not None:
                 try:
                     builder.rotary(model, match)

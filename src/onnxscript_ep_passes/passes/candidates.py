@@ -37,7 +37,7 @@ from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.measure import CandidateMeasurement, measure_candidate, pick_fastest
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
 from onnxscript_ep_passes.errors import DowngradeError
-from onnxscript_ep_passes.lowering.lower_opset import run_lowering
+from onnxscript_ep_passes.lowering.lower_opset import default_opset, run_lowering
 from onnxscript_ep_passes.passes.legalize import LegalizationResult, legalize
 
 logger = logging.getLogger(__name__)
@@ -137,6 +137,37 @@ class CandidateSearch:
                 self.best_legalized.model = None
             candidate.model = variant
             self.best_legalized = candidate
+
+    def model_of(self, model: ir.Model, chosen: Candidate) -> ir.Model:
+        """The model of the legalized candidate ``chosen`` (of the search over ``model``).
+
+        Only the best-ranked legalized model is kept while searching; the choice may be
+        another one when dominance (:func:`~onnxscript_ep_passes.ep.cost.undominated`)
+        rules the best-ranked out. Then this redoes, on a copy of ``model``, what the
+        search did for ``chosen.opset``: the same one-opset lowering steps, then
+        legalization.
+        """
+        assert chosen.legalized
+        if chosen.model is not None:
+            return chosen.model
+        work, _ = copy_with_origins(model)
+        source = default_opset(work.opset_imports)
+        assert source is not None
+        built: set[ir.Node] = set()
+        for opset in range(source - 1, chosen.opset - 1, -1):
+            built.update(run_lowering(work, opset).built)
+        ordered = [n for n in ir.traversal.RecursiveGraphIterator(work.graph) if n in built]
+        result = legalize(work, self.table, built=ordered, dims=self.sizes)
+        again = placement_cost(result.after, work, self.sizes)
+        if again.cost != chosen.rank.cost.cost:
+            logger.warning(
+                "rebuilding the legalized candidate at opset %d predicted %s, not %s",
+                chosen.opset,
+                again,
+                chosen.rank.cost,
+            )
+        chosen.model = work
+        return work
 
     def lower_and_predict(self, work: ir.Model, target: int, state: WorkState) -> Candidate:
         result = run_lowering(work, target)

@@ -24,8 +24,14 @@ rewrites such nodes, at the model's opset, when that moves work onto the EP. Rul
    it by structure (:func:`~onnxscript_ep_passes._copies.align`). Kept expansions may
    expose new candidates (a body node that is a function op): the search repeats until
    nothing more is kept.
-5. **EP-native equivalents** (com.microsoft ``MultiHeadAttention``/``GroupQueryAttention``
-   for a standard ``Attention``) are not used: no mapping has been proven equal to the
+5. **Bool widening** (decision ``ep_equivalent``): a candidate without a function body
+   that only moves bool data (``Pad``, ``Shape``, ``Slice`` ... of a mask) and that the EP
+   runs in another type is run in that type between exact Casts
+   (:mod:`.widen_bool`), under the same cost rule as an expansion; the nodes sharing
+   bool values form one group (a mask's ``Pad``, ``Slice`` and ``Shape`` leave CPU
+   only together). EP-native
+   equivalents (com.microsoft ``MultiHeadAttention``/``GroupQueryAttention`` for a
+   standard ``Attention``) are not used: no mapping has been proven equal to the
    original in real EP sessions here, and expansion is exact.
 6. Not rewritten: nodes in model-local functions (a function body is shared by all its
    call sites; :attr:`NodePlacement.function`), and nodes of other domains. A node of a
@@ -69,16 +75,19 @@ from onnxscript_ep_passes.lowering.context import NodeRefusedError
 from onnxscript_ep_passes.lowering.expansion import expand_node, function_body_version
 from onnxscript_ep_passes.lowering.lower_opset import default_opset
 from onnxscript_ep_passes.passes.static_shapes import fold_static_shapes
+from onnxscript_ep_passes.passes.widen_bool import bool_components, widen_carrier, widen_node
 from onnxscript_ep_passes.progress import track
 
 logger = logging.getLogger(__name__)
 
 Decision = Literal["lower", "ep_equivalent", "expand", "cpu"]
-"""``"lower"`` (it runs on the EP at the chosen, lower opset), ``"ep_equivalent"`` (mapped
-to an EP-native op; not used yet), ``"expand"`` (replaced by its ONNX function body) or
+"""``"lower"`` (it runs on the EP at the chosen, lower opset), ``"ep_equivalent"`` (run on
+the EP in an exactly equivalent form: a bool data-movement node in another type between
+Casts, rule 5), ``"expand"`` (replaced by its ONNX function body) or
 ``"cpu"`` (left on CPU)."""
 
 _MAX_SINGLE_TRIES = 4
+_WIDEN_GROUP = "bool data movement"
 _MAX_ROUNDS = 4
 
 
@@ -126,6 +135,8 @@ class LegalizationResult:
         decisions: One per node predicted to fall back before legalization.
         expanded: The expanded nodes (no longer in the model), in the order they were
             expanded.
+        widened: The nodes run in another type between Casts (rule 5; still in the
+            model).
         folded: Nodes replaced by constants.
         before, after: Predicted placement before and after.
         after_cost: The estimated cost of ``after`` (:func:`placement_cost` on the model).
@@ -138,17 +149,23 @@ class LegalizationResult:
     before: PlacementPrediction
     after: PlacementPrediction
     after_cost: PlacementCost
+    widened: list[ir.Node] = dataclasses.field(default_factory=list)
 
     @property
     def modified(self) -> bool:
-        return bool(self.expanded or self.folded)
+        return bool(self.expanded or self.folded or self.widened)
 
 
-def _expand_and_fold(nodes: Sequence[ir.Node], model: ir.Model, opset: int) -> dict[ir.Node, str]:
-    """Expand ``nodes`` of ``model`` (then fold their bodies); why each failure failed."""
+def _expand_and_fold(
+    nodes: Sequence[ir.Node], model: ir.Model, opset: int, table: KernelTable
+) -> dict[ir.Node, str]:
+    """Expand (then fold the bodies of) or widen ``nodes``; why each failure failed."""
     failed: dict[ir.Node, str] = {}
     for node in nodes:
         try:
+            if _widens(node, opset):
+                widen_node(node, table, opset)
+                continue
             built = expand_node(model, node, opset)
         except NodeRefusedError as refusal:
             logger.debug("cannot expand %s: %s", node.name, refusal.reason)
@@ -158,13 +175,20 @@ def _expand_and_fold(nodes: Sequence[ir.Node], model: ir.Model, opset: int) -> d
     return failed
 
 
-def _candidate_reason(placed: NodePlacement, opset: int) -> str | None:
+def _widens(node: ir.Node, opset: int) -> bool:
+    """Whether ``node`` is rewritten by widening (rule 5), not by expansion."""
+    return function_body_version(node.op_type, opset, node.domain) is None
+
+
+def _candidate_reason(placed: NodePlacement, opset: int, table: KernelTable) -> str | None:
     """Why a fallback node is not a candidate (None when it is one)."""
     if placed.function is not None:
         return "inside a model-local function (shared by its call sites): not rewritten"
     if not schemas.is_default_domain(placed.domain):
         return f"no EP kernel, and ops of domain '{placed.domain}' are not rewritten"
     if function_body_version(placed.op_type, opset, placed.domain) is None:
+        if placed.node is not None and widen_carrier(placed.node, table, opset) is not None:
+            return None
         return f"{placed.reason}; {placed.op_type} has no ONNX function body to expand"
     return None
 
@@ -193,6 +217,7 @@ class _Search:
         self.opset = opset
         self.sizes = sizes
         self.expanded: list[ir.Node] = []
+        self.widened: list[ir.Node] = []
         self.expanded_ops: collections.Counter[str] = collections.Counter()
         self.kept_on_cpu: dict[ir.Node, str] = {}
         self.tried: set[ir.Node] = set()
@@ -214,7 +239,8 @@ class _Search:
             for op_type, nodes in trials:
                 self.tried.update(nodes)
                 accepted, current = self._try_group(nodes, current)
-                self.expanded.extend(accepted)
+                for node in accepted:
+                    (self.widened if _widens(node, self.opset) else self.expanded).append(node)
                 self.expanded_ops[op_type] += len(accepted)
                 progress = progress or bool(accepted)
                 logger.debug("%s: expanded %d of %d", op_type, len(accepted), len(nodes))
@@ -232,16 +258,20 @@ class _Search:
                 continue
             if node is None or placed.inserted_by_ort or node in self.tried:
                 continue
-            reason = _candidate_reason(placed, self.opset)
+            reason = _candidate_reason(placed, self.opset, self.table)
             if reason is not None:
                 self.kept_on_cpu.setdefault(node, reason)
                 continue
-            if node not in groups[placed.op_type]:
-                groups[placed.op_type].append(node)
+            key = _WIDEN_GROUP if _widens(node, self.opset) else placed.op_type
+            if node not in groups[key]:
+                groups[key].append(node)
         if inlined_fallback:
             for node in _inlined_parents(current):
                 if node not in self.tried:
                     groups[node.op_type].append(node)
+        # Bool data movement is tried per set of nodes sharing bool values (rule 5).
+        for index, component in enumerate(bool_components(groups.pop(_WIDEN_GROUP, []))):
+            groups[f"{_WIDEN_GROUP} {index + 1}"] = component
         return groups
 
     def _try_group(
@@ -273,7 +303,7 @@ class _Search:
         """Expand ``nodes`` on a copy; make the same expansions on the model when it pays."""
         trial, origin = copy_with_origins(self.model)
         into_trial = origin.inverse().nodes
-        failed = _expand_and_fold([into_trial[n] for n in nodes], trial, self.opset)
+        failed = _expand_and_fold([into_trial[n] for n in nodes], trial, self.opset, self.table)
         if len(failed) == len(nodes):
             return [], current, f"cannot be expanded: {next(iter(failed.values()))}"
         done = [n for n in nodes if into_trial[n] not in failed]
@@ -282,7 +312,7 @@ class _Search:
         new = placement_cost(prediction, trial, self.sizes)
         if not new.improves_on(old):
             return [], current, f"expanding it would not help: predicted {new} instead of {old}"
-        again = _expand_and_fold(done, self.model, self.opset)
+        again = _expand_and_fold(done, self.model, self.opset, self.table)
         assert not again, again
         return done, prediction.translated(align(trial, self.model)), ""
 
@@ -321,10 +351,11 @@ def legalize(
     search = _Search(model, table, opset, sizes)
     before_cost = search.cost(before)
     after = search.run(before)
-    after_cost = search.cost(after)
+    changed = search.expanded or search.widened
+    after_cost = search.cost(after)  # ``before_cost`` when nothing changed
     gain = f"predicted {before_cost} -> {after_cost}"
     decisions = _decisions(before, gain, search, opset)
-    if search.expanded:  # one of many trials in an EP search: the EP pass logs the summary
+    if changed:  # one of many trials in an EP search: the EP pass logs the summary
         logger.debug(
             "Legalized '%s' for %s at opset %d: expanded %d nodes (%s); predicted %s -> %s",
             model.graph.name,
@@ -335,13 +366,15 @@ def legalize(
             before_cost,
             after_cost,
         )
-    return LegalizationResult(opset, decisions, search.expanded, folded, before, after, after_cost)
+    return LegalizationResult(
+        opset, decisions, search.expanded, folded, before, after, after_cost, search.widened
+    )
 
 
 def _decisions(
     before: PlacementPrediction, gain: str, search: _Search, opset: int
 ) -> list[LegalizationDecision]:
-    expanded = set(search.expanded)
+    expanded, widened = set(search.expanded), set(search.widened)
     decisions: list[LegalizationDecision] = []
     for placed in before.fallback_nodes:
         if placed.inserted_by_ort or placed.inlined_by_ort or placed.node is None:
@@ -351,6 +384,12 @@ def _decisions(
             reason = (
                 f"{placed.reason}; expanded through its ONNX function body ({gain} for the "
                 "whole model)"
+            )
+        elif placed.node in widened:
+            decision = "ep_equivalent"
+            reason = (
+                f"{placed.reason}; run on the EP in another type between exact Casts "
+                f"({gain} for the whole model)"
             )
         else:
             decision = "cpu"

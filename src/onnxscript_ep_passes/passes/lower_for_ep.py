@@ -273,7 +273,7 @@ def _search(
         dims=settings.sizes,
         measured=measured,
     )
-    return choice, chosen.model if chosen.legalized else None, search
+    return choice, search.model_of(model, chosen) if chosen.legalized else None, search
 
 
 def choose_target_opset(

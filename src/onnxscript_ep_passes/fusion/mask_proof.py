@@ -1,0 +1,479 @@
+"""Prove from the graph that an attention mask is causal (AND the attention_mask's padding).
+
+:func:`prove_causal_mask` interprets the subgraph that computes an ``Attention`` mask
+symbolically, for every input size at once, and raises
+:class:`~onnxscript_ep_passes.fusion.attention_match.RefusedError` (with the reason) unless
+it proves that the mask allows query ``i`` to see key ``j`` exactly when::
+
+    j <= past + i   AND   attention_mask[b, j] != 0     (the second only with that input)
+
+Rules:
+
+- **Sizes.** ``B`` (batch), ``S`` (current tokens), ``P`` (past tokens; 0 without a
+  ``past`` graph input). Graph-input dims get them by role: dim 0 of every input is ``B``;
+  ``attention_mask`` ``[B, P + S]`` (the decoder input contract: the mask covers past and
+  current tokens); ``past*`` 4-D inputs ``[B, Hkv, P, D]``; other 2-D integer inputs
+  (``input_ids``, ``position_ids``) ``[B, S]``; other inputs' dims by the names those
+  share; static dims are their value. Any other symbolic dim in the proof refuses.
+  Bounds: ``B >= 1``, ``S >= 1``, ``P >= 0`` and ``P + S <= max_length`` (the fused node's
+  limit: its rotary caches have ``max_length`` rows).
+- **Values.** Each tensor is a function of its own coordinates ``x0, x1, ...``: shape
+  arithmetic (Shape, Squeeze, Unsqueeze, Concat, Reshape to 1-D, Gather, Cast, Add, Sub,
+  Mul by a constant, Max/Min that the bounds decide) is linear in the sizes; ``Range(a, n,
+  1)`` is ``a + x0``; broadcasting binds coordinates; comparisons (``LessOrEqual``,
+  ``Less``, ``Greater``, ``GreaterOrEqual``, ``Equal``) give linear atoms;
+  ``And``/``Not``/``Where``/``Trilu``/``Expand``/``ConstantOfShape`` combine them;
+  ``GatherND(Cast(attention_mask, bool), [b, j])`` is the padding atom. A float mask is
+  accepted only as ``Where(allowed, 0, -inf or the lowest float)``.
+- **Decision.** The mask's predicate is a conjunction of atoms. Atoms that hold on the
+  whole domain (coordinates inside the mask's shape, sizes inside their bounds) are
+  dropped; what is left must be exactly the causal atom ``P + i - j >= 0`` and, when the
+  graph has ``attention_mask``, ``attention_mask[b, j]``. A sliding window that can bind
+  below ``max_length`` (``j > P + i - W``), key positions shifted by the past
+  (``max(0, P - W + 1)``), values this interpreter does not know, or an op it does not
+  model: refused, with the reason.
+
+A constant mask (static-shape exports fold it) is checked element by element: the model
+accepts only its static sizes, so that is a proof too.
+
+Nothing here changes the model.
+"""
+
+from __future__ import annotations
+
+__all__ = ["prove_causal_mask"]
+
+import re
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxscript_ep_passes.fusion.mask_terms import (
+    COMPARE,
+    ONE,
+    Atom,
+    Bounds,
+    Elem,
+    FloatConst,
+    FloatMask,
+    Index,
+    Lin,
+    PadAtom,
+    PadInput,
+    Unknown,
+    Val,
+    Vec,
+    as_field,
+    as_vec,
+    broadcast_dims,
+    canonical,
+    conj,
+    const_axes,
+    const_val,
+    is_lowest,
+    map_elem,
+    negate,
+    rebind,
+    refuse,
+)
+
+
+def _snake(op_type: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z][a-z])", "_", op_type).lower()
+
+
+class _Interpreter:
+    """Symbolic values of a graph's values (rule Values), computed on demand."""
+
+    def __init__(self, graph: ir.Graph, bounds: Bounds) -> None:
+        self.graph = graph
+        self.bounds = bounds
+        self.cache: dict[ir.Value, Val] = {}
+
+    def value(self, value: ir.Value) -> Val:
+        if value not in self.cache:
+            self.cache[value] = self._compute(value)
+        return self.cache[value]
+
+    def _compute(self, value: ir.Value) -> Val:
+        tensor = ir.convenience.get_const_tensor(value)
+        if tensor is not None:
+            return const_val(tensor.numpy())
+        node = value.producer()
+        if node is None:
+            return self._input(value)
+        handler = getattr(self, "op_" + _snake(node.op_type), None)
+        if node.domain not in ("", "ai.onnx") or handler is None:
+            raise refuse(f"{node.op_type} node {node.name!r} is not modelled")
+        if value is not node.outputs[0]:
+            raise refuse(f"output {value.name!r} of {node.op_type} is not modelled")
+        result: Val = handler(node, [None if v is None else v for v in node.inputs])
+        return result
+
+    def _roles(self, value: ir.Value) -> list[Lin | None]:
+        """Sizes of ``value``'s dims by its role (rule Sizes); [] for an input without one."""
+        name, rank = value.name or "", len(value.shape or ())
+        total = Lin.of(S=1, P=1) if self.bounds.has_past else Lin.of(S=1)
+        if name == "attention_mask":
+            return [Lin.of(B=1), total]
+        if rank == 4 and "past" in name:
+            return [Lin.of(B=1), None, Lin.of(P=1), None]
+        if rank == 2 and value.dtype is not None and value.dtype.is_integer():
+            return [Lin.of(B=1), Lin.of(S=1)]  # input_ids, position_ids
+        return []
+
+    def _named(self) -> dict[str, Lin]:
+        """Symbolic dim names given a size by a decoder input's role."""
+        named: dict[str, Lin] = {}
+        for value in self.graph.inputs:
+            for dim, role in zip(value.shape or (), self._roles(value)):
+                if role is not None and not isinstance(dim, int):
+                    named.setdefault(str(dim), role)
+        return named
+
+    def _input(self, value: ir.Value) -> Val:
+        name = value.name or ""
+        shape = value.shape
+        if shape is None:
+            raise refuse(f"graph input {name!r} of unknown rank")
+        roles, named = self._roles(value), self._named()
+        dims = []
+        for axis, dim in enumerate(shape):
+            role = roles[axis] if axis < len(roles) else named.get(str(dim))
+            if isinstance(dim, int):
+                dims.append(Lin.of(dim))
+            else:
+                dims.append(role or Lin.of(**{f"?{dim}": 1}))
+        elem: Elem = PadInput() if name == "attention_mask" else Unknown(f"input {name}")
+        return Val(tuple(dims), elem)
+
+    def _arg(self, inputs: Sequence[ir.Value | None], index: int) -> Val:
+        value = inputs[index] if index < len(inputs) else None
+        if value is None:
+            raise refuse(f"missing input {index}")
+        return self.value(value)
+
+    # -- shape arithmetic ---------------------------------------------------------------
+
+    def op_identity(self, node: ir.Node, inputs: list) -> Val:
+        return self._arg(inputs, 0)
+
+    def op_cast(self, node: ir.Node, inputs: list) -> Val:
+        x = self._arg(inputs, 0)
+        to = ir.DataType(node.attributes.get_int("to", 0))
+        if to == ir.DataType.BOOL:
+            if isinstance(x.elem, PadInput) and len(x.dims) == 2:
+                return Val(x.dims, frozenset({PadAtom(Lin.of(x0=1), Lin.of(x1=1))}))
+            if x.elem is None or isinstance(x.elem, frozenset):
+                return x
+            return Val(x.dims, Unknown("a Cast to bool of a non-boolean"))
+        if to.is_integer() and isinstance(x.elem, (Lin, Vec)):
+            return x
+        return Val(x.dims, Unknown(f"a Cast to {to.name}"))
+
+    def op_shape(self, node: ir.Node, inputs: list) -> Val:
+        dims = self._arg(inputs, 0).dims
+        start = node.attributes.get_int("start", 0)
+        end = node.attributes.get_int("end", len(dims))
+        items = dims[start:end]
+        return Val((Lin.of(len(items)),), Vec(items))
+
+    def op_squeeze(self, node: ir.Node, inputs: list) -> Val:
+        x = self._arg(inputs, 0)
+        if isinstance(x.elem, Vec) and len(x.elem.items) == 1:
+            return Val((), x.elem.items[0])
+        rank = len(x.dims)
+        axes = const_axes(node)
+        if axes is None and not all(d.is_const() for d in x.dims):
+            raise refuse("Squeeze without axes of a tensor with symbolic dims")
+        drop = (
+            {a % rank for a in axes}
+            if axes is not None
+            else {a for a, d in enumerate(x.dims) if d == ONE}
+        )
+        if any(x.dims[a] != ONE for a in drop):
+            raise refuse("Squeeze of an axis not proven to be 1")
+        keep = [a for a in range(rank) if a not in drop]
+        mapping = {f"x{a}": Lin() for a in drop}
+        mapping.update({f"x{a}": Lin.of(**{f"x{n}": 1}) for n, a in enumerate(keep)})
+        return Val(tuple(x.dims[a] for a in keep), map_elem(x.elem, mapping))
+
+    def op_unsqueeze(self, node: ir.Node, inputs: list) -> Val:
+        x = self._arg(inputs, 0)
+        axes = const_axes(node)
+        if axes is None:
+            raise refuse("Unsqueeze without constant axes")
+        if isinstance(x.elem, Vec):
+            x = as_field(x)
+        rank = len(x.dims) + len(axes)
+        new = sorted(a % rank for a in axes)
+        old = [a for a in range(rank) if a not in new]
+        dims = [ONE] * rank
+        for n, a in enumerate(old):
+            dims[a] = x.dims[n]
+        mapping = {f"x{n}": Lin.of(**{f"x{a}": 1}) for n, a in enumerate(old)}
+        return Val(tuple(dims), map_elem(x.elem, mapping))
+
+    def op_concat(self, node: ir.Node, inputs: list) -> Val:
+        parts = [self._arg(inputs, i) for i in range(len(inputs))]
+        axis = node.attributes.get_int("axis", 0)
+        if all(len(p.dims) <= 1 for p in parts):
+            items = tuple(x for p in parts for x in as_vec(p).items)
+            return Val((Lin.of(len(items)),), Vec(items))
+        rank = len(parts[0].dims)
+        if axis % rank != rank - 1 or any(p.dims[-1] != ONE for p in parts):
+            raise refuse("Concat other than of shape vectors or of index coordinates")
+        dims = broadcast_dims([p.dims[:-1] for p in parts])
+        if any(p.dims[:-1] != dims for p in parts):
+            raise refuse("Concat of index coordinates of different shapes")
+        items = tuple(p.elem for p in parts if isinstance(p.elem, Lin))
+        if len(items) != len(parts):
+            return Val((*dims, Lin.of(len(parts))), Unknown("index coordinates"))
+        return Val((*dims, Lin.of(len(parts))), Index(items))
+
+    def op_reshape(self, node: ir.Node, inputs: list) -> Val:
+        x, shape = self._arg(inputs, 0), as_vec(self._arg(inputs, 1))
+        if len(shape.items) == 1 and shape.items[0] in (Lin.of(-1), ONE) and len(x.dims) <= 1:
+            return Val((ONE,), Vec(as_vec(x).items))
+        if shape.items == x.dims:
+            return x
+        raise refuse("Reshape other than a no-op or to a 1-element vector")
+
+    def op_gather(self, node: ir.Node, inputs: list) -> Val:
+        data, index = self._arg(inputs, 0), self._arg(inputs, 1)
+        if not isinstance(data.elem, Vec) or node.attributes.get_int("axis", 0) != 0:
+            raise refuse("Gather other than from a shape vector")
+        items = data.elem.items
+        if not index.dims and isinstance(index.elem, Lin) and index.elem.is_const():
+            return Val((), items[index.elem.const])
+        picked = tuple(items[i.const] for i in as_vec(index).items if i.is_const())
+        return Val((Lin.of(len(picked)),), Vec(picked))
+
+    def op_range(self, node: ir.Node, inputs: list) -> Val:
+        start, limit, delta = (self._arg(inputs, i) for i in range(3))
+        if not (start.dims == () or start.dims == (ONE,)) or delta.elem not in (ONE, Vec((ONE,))):
+            raise refuse("Range other than with a scalar start and step 1")
+        first, last = as_vec(start).items[0], as_vec(limit).items[0]
+        return Val((last - first,), first + Lin.of(x0=1))
+
+    def op_constant_of_shape(self, node: ir.Node, inputs: list) -> Val:
+        dims = as_vec(self._arg(inputs, 0)).items
+        attr = node.attributes.get("value")
+        fill = np.zeros(1, np.float32) if attr is None else attr.as_tensor().numpy()
+        return Val(dims, const_val(fill.reshape(-1)[:1].reshape(())).elem)
+
+    def op_expand(self, node: ir.Node, inputs: list) -> Val:
+        x, shape = self._arg(inputs, 0), as_vec(self._arg(inputs, 1)).items
+        dims = broadcast_dims([x.dims, shape])
+        return Val(dims, rebind(as_field(x), len(dims)))
+
+    # -- elementwise --------------------------------------------------------------------
+
+    def _elementwise(self, inputs: list) -> tuple[tuple[Lin, ...], list[Elem]]:
+        vals = [as_field(self._arg(inputs, i)) for i in range(len(inputs))]
+        dims = broadcast_dims([v.dims for v in vals])
+        return dims, [rebind(v, len(dims)) for v in vals]
+
+    def _arith(self, inputs: list, combine: Callable[[Lin, Lin], Lin | None]) -> Val:
+        scalars = [self._arg(inputs, i) for i in range(2)]
+        if all(isinstance(s.elem, Vec) for s in scalars):
+            a, b = (s.elem.items for s in scalars)  # type: ignore[union-attr]
+            if len(a) == len(b):
+                combined = [combine(x, y) for x, y in zip(a, b)]
+                kept = tuple(x for x in combined if x is not None)
+                if len(kept) == len(a):
+                    return Val((Lin.of(len(a)),), Vec(kept))
+        dims, (a, b) = self._elementwise(inputs)
+        if isinstance(a, FloatMask) and isinstance(b, FloatMask):
+            return Val(dims, FloatMask(conj(a.allowed, b.allowed)))
+        if not isinstance(a, Lin) or not isinstance(b, Lin):
+            why = a.why if isinstance(a, Unknown) else b.why if isinstance(b, Unknown) else ""
+            return Val(dims, Unknown(why or "arithmetic on non-integer values"))
+        out = combine(a, b)
+        return Val(dims, out if out is not None else Unknown(f"arithmetic on {a} and {b}"))
+
+    def op_add(self, node: ir.Node, inputs: list) -> Val:
+        return self._arith(inputs, lambda a, b: a + b)
+
+    def op_sub(self, node: ir.Node, inputs: list) -> Val:
+        return self._arith(inputs, lambda a, b: a - b)
+
+    def op_mul(self, node: ir.Node, inputs: list) -> Val:
+        def mul(a: Lin, b: Lin) -> Lin | None:
+            if a.is_const():
+                return b.scale(a.const)
+            return a.scale(b.const) if b.is_const() else None
+
+        return self._arith(inputs, mul)
+
+    def _extreme(self, inputs: list, smaller: bool) -> Val:
+        dims = broadcast_dims([as_field(self._arg(inputs, i)).dims for i in range(2)])
+
+        def pick(a: Lin, b: Lin) -> Lin | None:
+            if self.bounds.always(b - a, dims):
+                return a if smaller else b
+            if self.bounds.always(a - b, dims):
+                return b if smaller else a
+            return None
+
+        val = self._arith(inputs, pick)
+        if isinstance(val.elem, Unknown) and len(inputs) == 2:
+            kind = "min" if smaller else "max"
+            return Val(val.dims, Unknown(f"{kind} of values whose order is not fixed"))
+        return val
+
+    def op_max(self, node: ir.Node, inputs: list) -> Val:
+        return self._extreme(inputs, smaller=False)
+
+    def op_min(self, node: ir.Node, inputs: list) -> Val:
+        return self._extreme(inputs, smaller=True)
+
+    def _compare(self, node: ir.Node, inputs: list) -> Val:
+        dims, (a, b) = self._elementwise(inputs)
+        if not isinstance(a, Lin) or not isinstance(b, Lin):
+            why = a.why if isinstance(a, Unknown) else b.why if isinstance(b, Unknown) else ""
+            return Val(dims, Unknown(why or f"{node.op_type} of non-integer values"))
+        return Val(dims, frozenset(COMPARE[node.op_type](a, b)))
+
+    op_less_or_equal = op_less = op_greater_or_equal = op_greater = op_equal = _compare
+
+    def op_and(self, node: ir.Node, inputs: list) -> Val:
+        dims, (a, b) = self._elementwise(inputs)
+        for side in (a, b):
+            if isinstance(side, Unknown):
+                return Val(dims, side)
+            if side is not None and not isinstance(side, frozenset):
+                return Val(dims, Unknown("And of non-boolean values"))
+        return Val(dims, conj(a, b))  # type: ignore[arg-type]
+
+    def op_not(self, node: ir.Node, inputs: list) -> Val:
+        x = self._arg(inputs, 0)
+        if x.elem is None or isinstance(x.elem, frozenset):
+            return Val(x.dims, negate(x.elem))
+        return Val(x.dims, Unknown("Not of a non-boolean value"))
+
+    def op_where(self, node: ir.Node, inputs: list) -> Val:
+        dims, (cond, yes, no) = self._elementwise(inputs)
+        if isinstance(cond, Unknown):
+            return Val(dims, cond)
+        if cond is not None and not isinstance(cond, frozenset):
+            return Val(dims, Unknown("Where on a non-boolean condition"))
+        if isinstance(yes, FloatConst) and isinstance(no, FloatConst):
+            if yes.value == 0 and is_lowest(no.value):
+                return Val(dims, FloatMask(cond))
+            negated = negate(cond)
+            if is_lowest(yes.value) and no.value == 0 and not isinstance(negated, Unknown):
+                return Val(dims, FloatMask(negated))
+        if no is None and (yes is None or isinstance(yes, frozenset)):
+            return Val(dims, conj(cond, yes))
+        return Val(dims, Unknown("a Where this proof does not model"))
+
+    def op_trilu(self, node: ir.Node, inputs: list) -> Val:
+        x = as_field(self._arg(inputs, 0))
+        k = self._arg(inputs, 1).elem if len(inputs) > 1 and inputs[1] is not None else Lin()
+        k = as_vec(Val((), k) if isinstance(k, Lin) else Val((ONE,), k)).items[0]
+        rank = len(x.dims)
+        if rank < 2:
+            raise refuse("Trilu of rank < 2")
+        row, col = Lin.of(**{f"x{rank - 2}": 1}), Lin.of(**{f"x{rank - 1}": 1})
+        upper = node.attributes.get_int("upper", 1)
+        kept = col - row - k if upper else row + k - col  # the part Trilu keeps: >= 0
+        if x.elem is None or isinstance(x.elem, frozenset):
+            return Val(x.dims, conj(x.elem, frozenset({kept})))
+        if isinstance(x.elem, FloatConst) and is_lowest(x.elem.value):
+            negated = negate(frozenset({kept}))  # -inf where kept, 0 elsewhere
+            assert not isinstance(negated, Unknown)
+            return Val(x.dims, FloatMask(negated))
+        return Val(x.dims, Unknown("Trilu of a value this proof does not model"))
+
+    def op_gathernd(self, node: ir.Node, inputs: list) -> Val:
+        data, index = self._arg(inputs, 0), self._arg(inputs, 1)
+        if node.attributes.get_int("batch_dims", 0) != 0:
+            raise refuse("GatherND with batch_dims")
+        if not isinstance(index.elem, Index) or len(index.elem.items) != len(data.dims):
+            return Val(index.dims[:-1], Unknown("a GatherND other than of single elements"))
+        dims = index.dims[:-1]
+        for coordinate, size in zip(index.elem.items, data.dims):
+            inside = self.bounds.always(coordinate, dims) and self.bounds.always(
+                size - ONE - coordinate, dims
+            )
+            if not inside:
+                raise refuse(f"GatherND index {coordinate} not proven inside [0, {size})")
+        mapping = {f"x{a}": item for a, item in enumerate(index.elem.items)}
+        return Val(dims, map_elem(data.elem, mapping))
+
+
+_NAMES = {"x0": "b", "x1": "h", "x2": "i", "x3": "j"}
+
+
+def _show(atom: Atom) -> str:
+    if isinstance(atom, PadAtom):
+        return f"attention_mask[{_show(atom.b)[:-5]}, {_show(atom.j)[:-5]}]"
+    text = str(Lin(tuple((_NAMES.get(k, k), v) for k, v in atom.terms), atom.const))
+    return f"{text} >= 0"
+
+
+def _check_constant(model: ir.Model, array: np.ndarray, has_past: bool) -> None:
+    """A constant mask (a static-shape export): the model runs at its static sizes only,
+    so checking every element is the proof."""
+    if has_past or any(v.name == "attention_mask" for v in model.graph.inputs):
+        raise refuse("a constant mask ignores the past or attention_mask")
+    allowed = array if array.dtype == np.bool_ else array == 0
+    if array.dtype != np.bool_ and not np.all((array == 0) | (array <= -1e30)):
+        raise refuse("a constant float mask with values other than 0 and -inf")
+    if array.ndim < 2:
+        raise refuse(f"a constant mask of rank {array.ndim}")
+    rows, cols = array.shape[-2:]
+    expected = np.arange(cols)[None, :] <= np.arange(rows)[:, None] + (cols - rows)
+    if not np.array_equal(
+        np.broadcast_to(allowed, array.shape), np.broadcast_to(expected, array.shape)
+    ):
+        raise refuse("a constant mask that is not causal")
+
+
+def prove_causal_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> None:
+    """Prove ``mask`` (an Attention's input 3) causal AND padding (module docstring).
+
+    Raises:
+        RefusedError: not proven; the message says which condition failed.
+    """
+    has_past = any(
+        v.shape is not None and len(v.shape) == 4 and "past" in (v.name or "")
+        for v in model.graph.inputs
+    )
+    tensor = ir.convenience.get_const_tensor(mask)
+    if tensor is not None:
+        _check_constant(model, tensor.numpy(), has_past)
+        return
+    bounds = Bounds(has_past, max_length)
+    val = _Interpreter(model.graph, bounds).value(mask)
+    elem: Elem = val.elem.allowed if isinstance(val.elem, FloatMask) else val.elem
+    if isinstance(elem, Unknown):
+        raise refuse(elem.why)
+    if elem is not None and not isinstance(elem, frozenset):
+        raise refuse("not a boolean or additive (0 / -inf) mask")
+    if len(val.dims) > 4:
+        raise refuse(f"mask of rank {len(val.dims)}")
+    shift = 4 - len(val.dims)
+    dims = (ONE,) * shift + val.dims
+    elem = map_elem(elem, {f"x{a}": Lin.of(**{f"x{a + shift}": 1}) for a in range(len(val.dims))})
+    assert elem is None or isinstance(elem, frozenset)
+    total = Lin.of(S=1, P=1) if has_past else Lin.of(S=1)
+    if dims[2] != Lin.of(S=1) or dims[3] != total:
+        raise refuse(f"mask of shape ({', '.join(map(str, dims))}), not (., ., S, {total})")
+    if elem is None:
+        raise refuse("the mask allows nothing")
+    assert isinstance(elem, frozenset)
+    left = {canonical(a) for a in elem if isinstance(a, PadAtom) or not bounds.always(a, dims)}
+    expected: set[Atom] = {canonical(Lin.of(P=int(has_past), x2=1, x3=-1))}
+    pad = next((v for v in model.graph.inputs if v.name == "attention_mask"), None)
+    if pad is not None:
+        one_row = pad.shape is not None and len(pad.shape) == 2 and pad.shape[0] == 1
+        if dims[0] != Lin.of(B=1) and not one_row:
+            raise refuse("the mask is the same for every batch row")
+        expected.add(PadAtom(Lin.of(x0=int(dims[0] != ONE)), Lin.of(x3=1)))
+    if left != expected:
+        extra = ", ".join(sorted(_show(a) for a in left - expected)) or "-"
+        missing = ", ".join(sorted(_show(a) for a in expected - left)) or "-"
+        raise refuse(f"conditions beyond causal/padding: {extra}; missing: {missing}")

@@ -1,0 +1,332 @@
+"""The symbolic values :mod:`~onnxscript_ep_passes.fusion.mask_proof` computes with.
+
+Rules:
+
+- :class:`Lin`: an integer ``const + sum(coef * var)``; vars are the sizes ``B``, ``S``,
+  ``P`` (batch, current tokens, past tokens) and a tensor's own coordinates ``x0, x1...``.
+- A boolean tensor is a conjunction of atoms (``Pred``: a frozenset; ``None`` is false
+  everywhere): a :class:`Lin` atom means ``lin >= 0``, a :class:`PadAtom` means
+  ``attention_mask[b, j] != 0``.
+- :class:`Val`: a tensor's dims (Lins) and its element as a function of its coordinates.
+  Broadcasting (:func:`rebind`) renumbers an operand's coordinates into the output's;
+  a size-1 axis's coordinate is 0; two dims broadcast only when they are equal Lins or 1.
+- :class:`Bounds` decides ``lin >= 0`` for all coordinates inside a shape and all sizes
+  with ``B >= 1``, ``S >= 1``, ``P >= 0`` (``P = 0`` without a KV cache) and
+  ``S + P <= max_length``: coordinates are set to their extreme, then the sizes to the
+  vertices of that polygon (the minimum of a linear function is at a vertex).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "COMPARE",
+    "ONE",
+    "SIZES",
+    "Atom",
+    "Bounds",
+    "Elem",
+    "FloatConst",
+    "FloatMask",
+    "Index",
+    "Lin",
+    "PadAtom",
+    "PadInput",
+    "Pred",
+    "Unknown",
+    "Val",
+    "Vec",
+    "as_field",
+    "as_vec",
+    "broadcast_dims",
+    "canonical",
+    "conj",
+    "const_axes",
+    "const_val",
+    "is_lowest",
+    "map_elem",
+    "negate",
+    "rebind",
+    "refuse",
+]
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxscript_ep_passes.fusion.attention_match import RefusedError
+
+SIZES = ("B", "S", "P")
+
+
+@dataclasses.dataclass(frozen=True)
+class Lin:
+    """``const + sum(coef * var)``: vars are sizes (B, S, P) and coordinates (x0, x1...)."""
+
+    terms: tuple[tuple[str, int], ...] = ()
+    const: int = 0
+
+    @staticmethod
+    def of(const: int = 0, **terms: int) -> Lin:
+        return Lin(tuple(sorted((k, v) for k, v in terms.items() if v)), int(const))
+
+    def coef(self) -> dict[str, int]:
+        return dict(self.terms)
+
+    def __add__(self, other: Lin) -> Lin:
+        coef = self.coef()
+        for k, v in other.terms:
+            coef[k] = coef.get(k, 0) + v
+        return Lin.of(self.const + other.const, **coef)
+
+    def scale(self, factor: int) -> Lin:
+        return Lin.of(self.const * factor, **{k: v * factor for k, v in self.terms})
+
+    def __sub__(self, other: Lin) -> Lin:
+        return self + other.scale(-1)
+
+    def subst(self, var: str, value: Lin) -> Lin:
+        coef = self.coef()
+        factor = coef.pop(var, 0)
+        return Lin.of(self.const, **coef) + value.scale(factor)
+
+    def is_const(self) -> bool:
+        return not self.terms
+
+    def __str__(self) -> str:
+        parts = [f"{'' if v == 1 else '-' if v == -1 else v}{k}" for k, v in self.terms]
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return " + ".join(parts).replace("+ -", "- ")
+
+
+ONE = Lin.of(1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Unknown:
+    """A value the proof cannot express (fine as long as only its shape is used)."""
+
+    why: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PadAtom:
+    """``attention_mask[b, j] != 0``."""
+
+    b: Lin
+    j: Lin
+
+
+Atom = Lin | PadAtom  # a Lin atom means ``lin >= 0``
+Pred = frozenset[Atom] | None  # a conjunction of atoms; None: false everywhere
+
+
+@dataclasses.dataclass(frozen=True)
+class Vec:
+    """A 1-D integer tensor of known length (shape arithmetic)."""
+
+    items: tuple[Lin, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Index:
+    """The last axis holds these coordinates (GatherND indices)."""
+
+    items: tuple[Lin, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class FloatConst:
+    value: float
+
+
+@dataclasses.dataclass(frozen=True)
+class FloatMask:
+    """An additive mask: 0 where ``allowed`` holds, -inf (or the lowest float) elsewhere."""
+
+    allowed: Pred
+
+
+@dataclasses.dataclass(frozen=True)
+class PadInput:
+    """The ``attention_mask`` graph input itself (integers; a Cast to bool gives the
+    predicate ``PadAtom(x0, x1)``)."""
+
+
+Elem = Lin | Vec | Index | FloatConst | FloatMask | PadInput | Unknown | frozenset | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Val:
+    """A tensor: its dims, and each element as a function of its coordinates ``x0...``.
+
+    ``elem``: :class:`Lin` (integers), a ``Pred`` (booleans: a frozenset of atoms, or None
+    for false), :class:`Vec` (then ``dims`` is ``(len,)``), :class:`Index`,
+    :class:`FloatConst`, :class:`FloatMask`, :class:`PadInput` or :class:`Unknown`.
+    """
+
+    dims: tuple[Lin, ...]
+    elem: Elem
+
+
+class Bounds:
+    """Decides ``lin >= 0`` on the domain (rules Sizes and Decision)."""
+
+    def __init__(self, has_past: bool, max_length: int) -> None:
+        self.has_past = has_past
+        self.max_length = max_length
+
+    def minimum(self, lin: Lin, dims: Sequence[Lin]) -> float:
+        for axis, dim in enumerate(dims):  # coordinates first: x in [0, dim - 1]
+            c = lin.coef().get(f"x{axis}", 0)
+            lin = lin.subst(f"x{axis}", dim - ONE if c < 0 else Lin())
+        coef = lin.coef()
+        if any(k not in SIZES for k in coef) or coef.get("B", 0) < 0:
+            return -math.inf
+        length = self.max_length
+        past_max = length - 1 if self.has_past else 0
+        vertices = [(1, 0), (length, 0), (1, past_max)]  # (S, P): S >= 1, P >= 0, S + P <= L
+        base = lin.const + coef.get("B", 0)
+        return min(base + coef.get("S", 0) * s + coef.get("P", 0) * p for s, p in vertices)
+
+    def always(self, lin: Lin, dims: Sequence[Lin]) -> bool:
+        return self.minimum(lin, dims) >= 0
+
+
+def refuse(why: str) -> RefusedError:
+    return RefusedError(f"mask not proven causal: {why}")
+
+
+def canonical(atom: Atom) -> Atom:
+    if isinstance(atom, PadAtom):
+        return atom
+    gcd = 0
+    for _, v in atom.terms:
+        gcd = math.gcd(gcd, abs(v))
+    if gcd <= 1:
+        return atom
+    return Lin(tuple((k, v // gcd) for k, v in atom.terms), atom.const // gcd)
+
+
+def conj(a: Pred, b: Pred) -> Pred:
+    return None if a is None or b is None else frozenset(a | b)
+
+
+def negate(pred: Pred) -> Pred | Unknown:
+    if pred is None:
+        return frozenset()
+    if not pred:
+        return None
+    if len(pred) == 1:
+        (atom,) = pred
+        if isinstance(atom, Lin):
+            return frozenset({atom.scale(-1) - ONE})  # not (e >= 0)  <=>  -e - 1 >= 0
+    return Unknown("negation of a conjunction")
+
+
+def broadcast_dims(all_dims: Sequence[tuple[Lin, ...]]) -> tuple[Lin, ...]:
+    rank = max((len(d) for d in all_dims), default=0)
+    out = []
+    for axis in range(rank):
+        sizes = {d[axis - rank + len(d)] for d in all_dims if axis - rank + len(d) >= 0}
+        sizes.discard(ONE)
+        if len(sizes) > 1:
+            raise refuse(f"broadcast of dims {', '.join(map(str, sizes))} not proven equal")
+        out.append(sizes.pop() if sizes else ONE)
+    return tuple(out)
+
+
+def map_elem(elem: Elem, mapping: Mapping[str, Lin]) -> Elem:
+    """``elem`` with coordinates renamed/substituted simultaneously."""
+
+    def lin(value: Lin) -> Lin:
+        result = Lin(tuple((k, v) for k, v in value.terms if k not in mapping), value.const)
+        for k, v in value.terms:
+            if k in mapping:
+                result = result + mapping[k].scale(v)
+        return result
+
+    if isinstance(elem, Lin):
+        return lin(elem)
+    if isinstance(elem, frozenset):
+        return frozenset(
+            PadAtom(lin(a.b), lin(a.j)) if isinstance(a, PadAtom) else lin(a) for a in elem
+        )
+    if isinstance(elem, Index):
+        return Index(tuple(lin(x) for x in elem.items))
+    if isinstance(elem, FloatMask):
+        allowed = map_elem(elem.allowed, mapping)
+        assert allowed is None or isinstance(allowed, frozenset)
+        return FloatMask(allowed)
+    return elem
+
+
+def rebind(val: Val, out_rank: int) -> Elem:
+    """``val``'s element in the numbering of a broadcast output (size-1 axes: 0)."""
+    shift = out_rank - len(val.dims)
+    mapping = {
+        f"x{a}": Lin() if d == ONE else Lin.of(**{f"x{a + shift}": 1})
+        for a, d in enumerate(val.dims)
+    }
+    return map_elem(val.elem, mapping)
+
+
+def as_field(val: Val) -> Val:
+    """A shape vector as an elementwise tensor."""
+    if isinstance(val.elem, Vec):
+        items = val.elem.items
+        if len(set(items)) == 1:
+            return Val((Lin.of(len(items)),), items[0])
+        return Val((Lin.of(len(items)),), Unknown("a 1-D tensor of different values"))
+    return val
+
+
+def as_vec(val: Val) -> Vec:
+    if isinstance(val.elem, Vec):
+        return val.elem
+    if not val.dims and isinstance(val.elem, Lin):
+        return Vec((val.elem,))
+    if val.dims == (ONE,) and isinstance(val.elem, Lin):
+        return Vec((val.elem,))
+    raise refuse("a shape vector that is not known element by element")
+
+
+def const_val(array: np.ndarray) -> Val:
+    flat = array.reshape(-1)
+    dims = tuple(Lin.of(int(d)) for d in array.shape)
+    if array.dtype.kind in "iu":
+        if array.ndim == 1:
+            return Val(dims, Vec(tuple(Lin.of(int(x)) for x in flat)))
+        if flat.size and np.all(flat == flat[0]):
+            return Val(dims, Lin.of(int(flat[0])))
+    elif array.dtype == np.bool_:
+        if flat.size and np.all(flat == flat[0]):
+            return Val(dims, frozenset() if bool(flat[0]) else None)
+    elif array.dtype.kind == "f" and flat.size and np.all(flat == flat[0]):
+        return Val(dims, FloatConst(float(flat[0])))
+    return Val(dims, Unknown("a constant tensor of different values"))
+
+
+def const_axes(node: ir.Node, index: int = 1) -> list[int] | None:
+    value = node.inputs[index] if len(node.inputs) > index else None
+    tensor = None if value is None else ir.convenience.get_const_tensor(value)
+    if tensor is not None:
+        return [int(a) for a in tensor.numpy().reshape(-1)]
+    axes = node.attributes.get("axes")
+    return None if axes is None else list(axes.as_ints())
+
+
+def is_lowest(value: float) -> bool:
+    return value == -math.inf or value <= -1e30
+
+
+COMPARE: dict[str, Callable[[Lin, Lin], tuple[Lin, ...]]] = {
+    "LessOrEqual": lambda a, b: (b - a,),
+    "Less": lambda a, b: (b - a - ONE,),
+    "GreaterOrEqual": lambda a, b: (a - b,),
+    "Greater": lambda a, b: (a - b - ONE,),
+    "Equal": lambda a, b: (a - b, b - a),
+}

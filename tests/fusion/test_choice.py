@@ -1,0 +1,63 @@
+"""``optimize --measure``: the fused and the unfused model measured on the real WebGPU EP.
+
+One tiny export (Llama, 4 layers, opset 24; short sequences) keeps it cheap: both
+candidates run in real sessions (lavapipe here), the report shows predicted vs measured
+per candidate and validates against the shipped schema, and the model written is the
+candidate reported as chosen.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import onnx
+import pytest
+
+from onnxscript_ep_passes.cli import main
+from onnxscript_ep_passes.optimize_cli import report_schema
+from tests.torch_models import llm_export
+
+pytestmark = [
+    pytest.mark.torch,
+    pytest.mark.webgpu,
+    pytest.mark.usefixtures("webgpu"),
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+]
+
+
+def test_measure_chooses_between_fused_and_unfused_on_webgpu(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "llama.onnx"
+    onnx.save(llm_export("llama", 24), source)
+    out, report = tmp_path / "out.onnx", tmp_path / "report.json"
+    argv = ["optimize", str(source), "-o", str(out), "--ep", "webgpu", "--measure"]
+    argv += ["--dims", "batch=1,sequence_length=8", "--max-length", "64"]
+    assert main([*argv, "--report-json", str(report)]) == 0
+    data = json.loads(report.read_text())
+    jsonschema.validate(data, report_schema())
+    assert data["measured"] is True
+    candidates = {c["name"]: c for c in data["candidates"]}
+    assert set(candidates) == {"fused", "unfused"}
+    fused, unfused = candidates["fused"], candidates["unfused"]
+    # predicted and measured agree on the direction: fusing removes Memcpy nodes
+    assert fused["predicted"]["memcpy"] < unfused["predicted"]["memcpy"]
+    assert fused["measured"]["memcpy"] < unfused["measured"]["memcpy"]
+    for candidate in (fused, unfused):
+        assert candidate["measured"]["runs"] == 20
+        assert 0 < candidate["measured"]["min_ms"] <= candidate["measured"]["median_ms"]
+    chosen = data["chosen"]
+    assert (
+        candidates[chosen]["chosen"]
+        and not candidates[({"fused", "unfused"} - {chosen}).pop()]["chosen"]
+    )
+    faster = min(candidates.values(), key=lambda c: c["measured"]["median_ms"])
+    assert faster["name"] == chosen
+    ops = {(n.domain, n.op_type) for n in onnx.load(str(out)).graph.node}
+    assert (("com.microsoft", "GroupQueryAttention") in ops) == (chosen == "fused")
+    shown = capsys.readouterr().out
+    assert "candidate fused: predicted" in shown and "; measured" in shown
+    assert "(chosen)" in shown

@@ -1,0 +1,194 @@
+"""prove_causal_mask: causal (+ padding) masks proven from the graph, others refused.
+
+Real torch exports (the mask subgraphs torch 2.13 emits: Range / LessOrEqual / GatherND
+of attention_mask, Gemma3's sliding window) and hand-built masks in the other forms the
+proof reads (Trilu, Where to an additive float mask) and non-causal ones it must refuse.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxscript_ep_passes.fusion.attention_match import RefusedError
+from onnxscript_ep_passes.fusion.mask_proof import prove_causal_mask
+from tests.torch_models import llm_export
+
+torch_export = [pytest.mark.torch, pytest.mark.filterwarnings("ignore::FutureWarning")]
+
+
+def _masks(model: ir.Model) -> list[ir.Value]:
+    masks = {
+        n.inputs[3]
+        for n in model.graph
+        if n.op_type == "Attention" and len(n.inputs) > 3 and n.inputs[3] is not None
+    }
+    assert masks
+    return sorted(masks, key=lambda v: str(v.name))
+
+
+@pytest.mark.parametrize(
+    ("kind", "opset", "kv"),
+    [("llama", 24, False), ("qwen3", 24, True), ("gemma3_wide", 25, False)],
+    ids=["llama-24", "qwen3-24-kv", "gemma3-wide-25"],
+)
+@pytest.mark.torch
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_torch_export_masks_are_proven_causal(kind: str, opset: int, kv: bool) -> None:
+    model = ir.from_proto(llm_export(kind, opset, kv_cache=kv))
+    for mask in _masks(model):
+        prove_causal_mask(model, mask, max_length=4096)
+
+
+@pytest.mark.torch
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_a_sliding_window_that_can_bind_is_refused_and_one_that_cannot_is_proven() -> None:
+    # Gemma3 with a 64-token window: j > P + i - 64 binds above 64 tokens.
+    model = ir.from_proto(llm_export("gemma3", 24))
+    (mask,) = _masks(model)
+    with pytest.raises(RefusedError, match=r"-i \+ j \+ 63 >= 0"):
+        prove_causal_mask(model, mask, max_length=4096)
+    prove_causal_mask(model, mask, max_length=64)  # no sequence is long enough to bind
+
+
+def _model(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto]) -> ir.Model:
+    """q/k/v [1, 4, s, 16] and attention_mask [1, s]; ``nodes`` compute ``mask``."""
+    qkv = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4, "s", 16]) for n in "qkv"]
+    am = helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [1, "s"])
+    attention = helper.make_node("Attention", ["q", "k", "v", "mask"], ["y"])
+    graph = helper.make_graph(
+        [*nodes, attention],
+        "g",
+        [*qkv, am],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=inits,
+    )
+    return ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)]))
+
+
+def _i64(name: str, values: list[int] | int) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+def _positions(compare: str, window: int | None = None) -> tuple[list, list]:
+    """mask = compare(key j, query i) AND padding, from Range over attention_mask's length."""
+    nodes = [
+        helper.make_node("Shape", ["attention_mask"], ["len1"], start=1, end=2),
+        helper.make_node("Squeeze", ["len1"], ["len"]),
+        helper.make_node("Range", ["zero", "len", "one"], ["pos"]),
+        helper.make_node("Unsqueeze", ["pos", "axes_kv"], ["kv"]),  # [1, 1, 1, T]
+        helper.make_node("Unsqueeze", ["pos", "axes_q"], ["q_pos"]),  # [1, 1, S, 1]
+        helper.make_node(compare, ["kv", "q_pos"], ["causal"]),
+        helper.make_node("Cast", ["attention_mask"], ["am_bool"], to=TensorProto.BOOL),
+        helper.make_node("Unsqueeze", ["am_bool", "axes_pad"], ["pad"]),  # [1, 1, 1, T]
+        helper.make_node("And", ["causal", "pad"], ["mask" if window is None else "both"]),
+    ]
+    inits = [
+        _i64("zero", 0),
+        _i64("one", 1),
+        _i64("axes_kv", [0, 1, 2]),
+        _i64("axes_q", [0, 1, 3]),
+        _i64("axes_pad", [1, 2]),
+    ]
+    if window is not None:
+        nodes += [
+            helper.make_node("Sub", ["q_pos", "window"], ["lowest"]),
+            helper.make_node("Greater", ["kv", "lowest"], ["inside"]),
+            helper.make_node("And", ["both", "inside"], ["mask"]),
+        ]
+        inits.append(_i64("window", window))
+    return nodes, inits
+
+
+def test_the_causal_form_torch_emits_is_proven_and_an_anti_causal_one_refused() -> None:
+    model = _model(*_positions("LessOrEqual"))
+    prove_causal_mask(model, model.graph.node(-1).inputs[3], max_length=4096)  # type: ignore[arg-type]
+    model = _model(*_positions("GreaterOrEqual"))  # j >= i: the future, not the past
+    with pytest.raises(RefusedError, match=r"conditions beyond causal/padding"):
+        prove_causal_mask(model, model.graph.node(-1).inputs[3], max_length=4096)  # type: ignore[arg-type]
+    model = _model(*_positions("Less"))  # j < i: not even the token itself
+    with pytest.raises(RefusedError, match="conditions beyond causal/padding"):
+        prove_causal_mask(model, model.graph.node(-1).inputs[3], max_length=4096)  # type: ignore[arg-type]
+
+
+def test_a_window_is_refused_only_where_it_can_bind() -> None:
+    model = _model(*_positions("LessOrEqual", window=16))
+    mask = model.graph.node(-1).inputs[3]
+    assert mask is not None
+    prove_causal_mask(model, mask, max_length=16)
+    with pytest.raises(RefusedError, match=r"-i \+ j \+ 15 >= 0"):
+        prove_causal_mask(model, mask, max_length=17)
+
+
+def _proven_or_refused(model: ir.Model, attention: ir.Node, proven: bool, reason: str) -> None:
+    mask = attention.inputs[3]
+    assert mask is not None
+    if proven:
+        prove_causal_mask(model, mask, max_length=4096)
+    else:
+        with pytest.raises(RefusedError, match=reason):
+            prove_causal_mask(model, mask, max_length=4096)
+
+
+def _trilu_float(upper: int, k: int) -> tuple[list, list]:
+    """An additive mask: Where(Trilu(ones) and padding, 0, -inf)."""
+    nodes = [
+        helper.make_node("Shape", ["q"], ["sizes"], start=2, end=3),
+        helper.make_node("Concat", ["sizes", "sizes"], ["square"], axis=0),
+        helper.make_node(
+            "ConstantOfShape",
+            ["square"],
+            ["ones"],
+            value=numpy_helper.from_array(np.array([True]), "v"),
+        ),
+        helper.make_node("Trilu", ["ones", "k"], ["tri"], upper=upper),
+        helper.make_node("Cast", ["attention_mask"], ["am_bool"], to=TensorProto.BOOL),
+        helper.make_node("Unsqueeze", ["am_bool", "axes_pad"], ["pad"]),
+        helper.make_node("And", ["tri", "pad"], ["allowed"]),
+        helper.make_node("Where", ["allowed", "zero_f", "ninf"], ["mask"]),
+    ]
+    inits = [
+        _i64("k", k),
+        _i64("axes_pad", [1, 2]),
+        numpy_helper.from_array(np.array(0.0, np.float32), "zero_f"),
+        numpy_helper.from_array(np.array(-np.inf, np.float32), "ninf"),
+    ]
+    return nodes, inits
+
+
+@pytest.mark.parametrize(
+    ("upper", "k", "proven"),
+    [(0, 0, True), (1, 0, False), (0, 1, False), (0, -1, False)],
+    ids=["tril", "triu", "tril+1", "tril-1"],
+)
+def test_trilu_and_where_masks(upper: int, k: int, proven: bool) -> None:
+    model = _model(*_trilu_float(upper, k))
+    _proven_or_refused(model, model.graph.node(-1), proven, "mask not proven causal")
+
+
+def test_a_mask_given_as_an_input_or_from_an_unknown_op_is_refused() -> None:
+    nodes = [helper.make_node("RandomUniformLike", ["q"], ["mask"])]
+    model = _model(nodes, [])
+    with pytest.raises(RefusedError, match=r"RandomUniformLike node .* is not modelled"):
+        prove_causal_mask(model, model.graph.node(-1).inputs[3], max_length=4096)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("tril", "proven"), [(True, True), (False, False)], ids=["tril", "triu"])
+def test_a_constant_mask_of_a_static_export_is_checked_element_by_element(
+    tril: bool, proven: bool
+) -> None:
+    ones = np.ones((4, 4), np.bool_)
+    constant = (np.tril(ones) if tril else np.triu(ones))[None, None]
+    qkv = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4, 4, 16]) for n in "qkv"]
+    graph = helper.make_graph(
+        [helper.make_node("Attention", ["q", "k", "v", "mask"], ["y"])],
+        "g",
+        qkv,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(constant, "mask")],
+    )
+    model = ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)]))
+    _proven_or_refused(model, model.graph.node(0), proven, "a constant mask that is not causal")
