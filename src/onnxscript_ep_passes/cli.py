@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from onnxscript_ep_passes import __version__
+from onnxscript_ep_passes._cli_logging import configure_logging
 from onnxscript_ep_passes.cli_examples import (
     LOWER_EXAMPLES,
     OPTIMIZE_EXAMPLES,
@@ -347,7 +348,7 @@ def _global_options(*, defaults: bool) -> argparse.ArgumentParser:
         "--verbose",
         action="count",
         default=0 if defaults else argparse.SUPPRESS,
-        help="debug logs on stderr",
+        help="debug logs on stderr (-vv: also the libraries' debug logs and call stacks)",
     )
     group.add_argument(
         "-q",
@@ -415,11 +416,6 @@ def _stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def _configure_logging(verbose: int, quiet: bool) -> None:
-    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-
-
 @contextlib.contextmanager
 def _no_gc() -> Iterator[None]:
     """Pause the cyclic garbage collector: a model's IR is millions of long-lived objects
@@ -479,7 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _defer_sympy()
     parser = build_parser()
     args = parser.parse_args(argv)
-    _configure_logging(args.verbose, args.quiet)
+    configure_logging(args.verbose, args.quiet)
     try:
         with _no_gc():
             return int(args.run(args))

@@ -5,14 +5,14 @@ attention mask, some with a KV cache (:func:`tests.torch_models.llm_export`), ar
 by ``LowerOpsetForEpPass("webgpu")`` without ``measure``. In a real session at ORT's default
 optimization level the chosen model must have at most the Memcpy nodes of the best forced
 opset, at most the figure issue 9 asks for, fewer than the source, and the same outputs as
-the source. Llama and Qwen3 (dynamic) are checked at every source opset 24..28, Gemma3
-with and without a KV cache. The CNN stays at 0.
+the source. Llama (dynamic) is checked at every source opset 24..28, Qwen3 at 24, 25 and
+28, Gemma3 with and without a KV cache. The CNN stays at 0.
 
 Forced opsets: from the opset-24 export, ``LowerOpsetPass(N)`` for each opset below 24 with
 a distinct predicted plain placement. A source at opset S > 24 can also be forced to any
 opset 24 <= N < S; that model is the opset-N export itself (every export above 24 is the
 24 export up-converted, :mod:`tests.torch_models`, and lowering it back relabels the same
-nodes), so its run is reused rather than lowered again.
+nodes), so that export is run rather than lowered again.
 
 ``--measure`` is checked on one model: it measures the source, the best plain and the
 best legalized candidate, and chooses the fastest it measured.
@@ -48,11 +48,11 @@ pytestmark = [
 TARGET = {"llama": 6, "qwen3": 6, "gemma3": 7, "phi3": 6}
 _BASE = 24  # the torch export; higher opsets are up-converted from it
 CASES = [
-    *(
-        pytest.param(k, False, o, id=f"{k}-dynamic-{o}")
-        for k in ("llama", "qwen3")
-        for o in range(24, 29)
-    ),
+    *(pytest.param("llama", False, o, id=f"llama-dynamic-{o}") for o in range(24, 29)),
+    # Qwen3 at the opsets whose sources differ in placement (23, 99, 143 Memcpy); its 26
+    # and 27 sources are its 25 graph relabelled, as for Llama, whose 26 and 27 run
+    # (dropped for CI time: each case runs the whole EP search).
+    *(pytest.param("qwen3", False, o, id=f"qwen3-dynamic-{o}") for o in (24, 25, 28)),
     pytest.param("gemma3", False, 24, id="gemma3-dynamic-24"),
     pytest.param("gemma3", True, 24, id="gemma3-kv-24"),
     pytest.param("qwen3", True, 24, id="qwen3-kv-24"),
@@ -100,9 +100,12 @@ def _runs(kind: str, kv: bool, opset: int, table: KernelTable) -> Runs:
             work = ir.serde.deserialize_model(original)
             LowerOpsetPass(target)(work)
             forced[target] = run_on_webgpu(ir.serde.serialize_model(work), feeds)
-    else:  # the opset below is a forced opset of this source, and so are its own
-        below = _runs(kind, kv, opset - 1, table)
-        forced = {**below.forced, opset - 1: below.source}
+    else:  # the exports below are forced opsets of this source, and so are theirs
+        below = _runs(kind, kv, _BASE, table)
+        forced = {**below.forced, _BASE: below.source}
+        for lower in range(_BASE + 1, opset):
+            work = llm_export(kind, lower, kv_cache=kv)
+            forced[lower] = run_on_webgpu(work, feeds)
     source, after = run_on_webgpu(original, feeds), run_on_webgpu(lowered, feeds)
     return Runs(original, lowered, choice, feeds, source, after, forced)
 

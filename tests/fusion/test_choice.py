@@ -17,15 +17,10 @@ import pytest
 
 from onnxscript_ep_passes.cli import main
 from onnxscript_ep_passes.optimize_cli import report_schema
+from tests.fusion import WEBGPU_EXPORT_MARKS
 from tests.torch_models import llm_export
 
-pytestmark = [
-    pytest.mark.torch,
-    pytest.mark.webgpu,
-    pytest.mark.usefixtures("webgpu"),
-    pytest.mark.filterwarnings("ignore::FutureWarning"),
-    pytest.mark.filterwarnings("ignore::UserWarning"),
-]
+pytestmark = WEBGPU_EXPORT_MARKS
 
 
 def test_measure_chooses_between_fused_and_unfused_on_webgpu(

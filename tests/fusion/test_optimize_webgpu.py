@@ -18,15 +18,10 @@ import pytest
 from onnxscript_ep_passes.fusion.evaluate import Sizes, generate_feeds, run_model
 from onnxscript_ep_passes.pipeline import OptimizeForEpPass
 from tests.e2e.helpers import run_on_webgpu
+from tests.fusion import WEBGPU_EXPORT_MARKS
 from tests.torch_models import llm_export
 
-pytestmark = [
-    pytest.mark.torch,
-    pytest.mark.webgpu,
-    pytest.mark.usefixtures("webgpu"),
-    pytest.mark.filterwarnings("ignore::FutureWarning"),
-    pytest.mark.filterwarnings("ignore::UserWarning"),
-]
+pytestmark = WEBGPU_EXPORT_MARKS
 
 
 @pytest.mark.parametrize(("kind", "opset"), [("qwen3", 23), ("llama", 24), ("gemma3_wide", 25)])

@@ -1,0 +1,54 @@
+"""Where the command line's log records go, and which.
+
+Rules:
+
+* One handler on stderr (stdout holds results only). Nothing is installed when the root
+  logger already has handlers (an application or pytest configured logging first).
+* This package's records pass from INFO (WARNING with ``-q``, DEBUG with ``-v``); the
+  libraries' (onnxscript, onnx-ir, ...) only from WARNING, from INFO with ``-v`` and all
+  with ``-vv``. Call stacks that libraries attach to log records are shown only with
+  ``-vv``: no traceback-like text reaches a user who did not ask for it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["configure_logging"]
+
+import logging
+
+_PACKAGE = "onnxscript_ep_passes"
+
+
+class _StderrPolicy(logging.Filter):
+    """This package's records from its chosen level; the libraries' (onnxscript, onnx-ir,
+    ...) only from WARNING, INFO with ``-v``, everything with ``-vv``."""
+
+    def __init__(self, own: int, others: int) -> None:
+        super().__init__()
+        self.own, self.others = own, others
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        name = record.name
+        mine = name == _PACKAGE or name.startswith(_PACKAGE + ".")
+        return record.levelno >= (self.own if mine else self.others)
+
+
+class _NoStacks(logging.Formatter):
+    """Log lines without the call stacks some libraries attach to INFO records."""
+
+    def formatStack(self, stack_info: str) -> str:  # noqa: N802 (logging.Formatter API)
+        return ""
+
+
+def configure_logging(verbose: int, quiet: bool) -> None:
+    """Install the stderr handler for ``-v`` given ``verbose`` times, or ``-q``."""
+    if quiet:
+        own = others = logging.WARNING
+    else:
+        own = logging.DEBUG if verbose else logging.INFO
+        others = logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING
+    handler = logging.StreamHandler()
+    handler.addFilter(_StderrPolicy(own, others))
+    formatter = logging.Formatter if verbose > 1 else _NoStacks
+    handler.setFormatter(formatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=min(own, others), handlers=[handler])
