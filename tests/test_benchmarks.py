@@ -54,7 +54,8 @@ def test_decoder_generator_lowers_exactly(tmp_path: Path) -> None:
 def test_bench_scale_writes_results_with_commit_and_raw_json(tmp_path: Path) -> None:
     import bench_scale
 
-    argv = ["--models", "60:100K", "--commands", "lower_23", "--workdir", str(tmp_path)]
+    commands = "lower_23,report_json"
+    argv = ["--models", "60:100K", "--commands", commands, "--workdir", str(tmp_path)]
     assert bench_scale.main([*argv, "--out-dir", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "results_scale.md").read_text()
     raw = json.loads((tmp_path / "out" / "results_scale.json").read_text())
@@ -64,3 +65,5 @@ def test_bench_scale_writes_results_with_commit_and_raw_json(tmp_path: Path) -> 
     (entry,) = raw["results"]["models"].values()
     assert entry["tools"]["lower_23"]["ok"], entry
     assert entry["verify"]["lower_23"].startswith("opset 23, checker ok"), entry["verify"]
+    (report_run,) = entry["runs"]["report_json"]
+    assert report_run["rc"] == 0 and "candidates" not in report_run  # the report is not kept

@@ -93,6 +93,10 @@ class ValueSizes:
     inferred: Mapping[ir.Value, tuple[ir.DataType | None, ir.Shape | None]] = dataclasses.field(
         default_factory=dict
     )
+    # Bytes of the values sized so far (each value is read by its producer and consumers).
+    _bytes: dict[ir.Value, int] = dataclasses.field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
     def shape(self, value: ir.Value) -> ir.Shape | None:
         if value.shape is not None:
@@ -118,9 +122,12 @@ class ValueSizes:
         """Bytes of ``value`` (rule 1)."""
         if value is None:
             return 0
-        dtype = self.dtype(value)
-        bits = dtype.bitwidth if dtype is not None else 32
-        return (self.elements(value) * bits + 7) // 8
+        known = self._bytes.get(value)
+        if known is None:
+            dtype = self.dtype(value)
+            bits = dtype.bitwidth if dtype is not None else 32
+            known = self._bytes[value] = (self.elements(value) * bits + 7) // 8
+        return known
 
     def _sizes(self, value: ir.Value | None) -> list[int] | None:
         shape = None if value is None else self.shape(value)

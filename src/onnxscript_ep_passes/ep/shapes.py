@@ -47,13 +47,35 @@ def small_constant(value: ir.Value | None, max_elements: int) -> ir.TensorProtoc
     at most ``max_elements`` elements; else None."""
     if value is None:
         return None
-    try:
-        tensor = ir.convenience.get_const_tensor(value)
-    except ValueError:
-        return None
+    tensor = value.const_value
+    if tensor is None:
+        tensor = _constant_node_tensor(value)
     if tensor is None or tensor.size > max_elements:
         return None
     return tensor
+
+
+def _constant_node_tensor(value: ir.Value) -> ir.TensorProtocol | None:
+    """The tensor of the ``Constant`` node producing ``value``, as
+    ``ir.convenience.get_const_tensor`` reads it; the common ``value`` attribute is read
+    directly (``Attr.as_tensor`` checks a runtime protocol: slow in a loop over a model)."""
+    node = value.producer()
+    if node is None or node.op_type != "Constant" or node.domain != "":
+        return None
+    attr = node.attributes.get("value")
+    if (
+        len(node.attributes) == 1
+        and len(node.outputs) == 1
+        and isinstance(attr, ir.Attr)
+        and not attr.is_ref()
+        and attr.type == ir.AttributeType.TENSOR
+    ):
+        tensor: ir.TensorProtocol = attr.value
+        return tensor
+    try:
+        return ir.convenience.get_const_tensor(value)
+    except ValueError:
+        return None
 
 
 def _infer_node(

@@ -120,8 +120,9 @@ class CandidateSearch:
         )
         origin = to_base if plain.origin is None else to_base.then(plain.origin)
         replaced += sum(1 for n in result.expanded if n in origin.nodes)
-        cost = placement_cost(result.after, variant, self.sizes)
-        rank = candidate_rank(cost, opset=plain.opset, replaced=replaced, legalized=True)
+        rank = candidate_rank(
+            result.after_cost, opset=plain.opset, replaced=replaced, legalized=True
+        )
         candidate = Candidate(plain.opset, True, result.after, rank, origin, result)
         self.legalizations[plain.opset] = candidate
         if not result.modified:

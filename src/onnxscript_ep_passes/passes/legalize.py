@@ -60,7 +60,7 @@ from typing import Literal
 import onnx_ir as ir
 
 from onnxscript_ep_passes._copies import align, copy_with_origins
-from onnxscript_ep_passes.ep.cost import placement_cost
+from onnxscript_ep_passes.ep.cost import PlacementCost, placement_cost
 from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.names import CPU_EP, canonical_ep_name
@@ -139,6 +139,7 @@ class LegalizationResult:
             model).
         folded: Nodes replaced by constants.
         before, after: Predicted placement before and after.
+        after_cost: The estimated cost of ``after`` (:func:`placement_cost` on the model).
     """
 
     opset: int
@@ -147,6 +148,7 @@ class LegalizationResult:
     folded: int
     before: PlacementPrediction
     after: PlacementPrediction
+    after_cost: PlacementCost
     widened: list[ir.Node] = dataclasses.field(default_factory=list)
 
     @property
@@ -219,6 +221,13 @@ class _Search:
         self.expanded_ops: collections.Counter[str] = collections.Counter()
         self.kept_on_cpu: dict[ir.Node, str] = {}
         self.tried: set[ir.Node] = set()
+        self.priced: tuple[PlacementPrediction, PlacementCost] | None = None  # the last one
+
+    def cost(self, prediction: PlacementPrediction) -> PlacementCost:
+        """The cost of ``prediction`` (of the model), priced once per prediction."""
+        if self.priced is None or self.priced[0] is not prediction:
+            self.priced = (prediction, placement_cost(prediction, self.model, self.sizes))
+        return self.priced[1]
 
     def run(self, current: PlacementPrediction) -> PlacementPrediction:
         for _ in range(_MAX_ROUNDS):
@@ -299,7 +308,7 @@ class _Search:
             return [], current, f"cannot be expanded: {next(iter(failed.values()))}"
         done = [n for n in nodes if into_trial[n] not in failed]
         prediction = predict_placement(trial, self.table)
-        old = placement_cost(current, self.model, self.sizes)
+        old = self.cost(current)
         new = placement_cost(prediction, trial, self.sizes)
         if not new.improves_on(old):
             return [], current, f"expanding it would not help: predicted {new} instead of {old}"
@@ -339,11 +348,11 @@ def legalize(
         prediction = predict_placement(model, table)
     before = prediction
     sizes = dims or DimSizes()
-    before_cost = placement_cost(before, model, sizes)
     search = _Search(model, table, opset, sizes)
+    before_cost = search.cost(before)
     after = search.run(before)
     changed = search.expanded or search.widened
-    after_cost = placement_cost(after, model, sizes) if changed else before_cost
+    after_cost = search.cost(after)  # ``before_cost`` when nothing changed
     gain = f"predicted {before_cost} -> {after_cost}"
     decisions = _decisions(before, gain, search, opset)
     if changed:  # one of many trials in an EP search: the EP pass logs the summary
@@ -358,7 +367,7 @@ def legalize(
             after_cost,
         )
     return LegalizationResult(
-        opset, decisions, search.expanded, folded, before, after, search.widened
+        opset, decisions, search.expanded, folded, before, after, after_cost, search.widened
     )
 
 

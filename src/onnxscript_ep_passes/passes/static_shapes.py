@@ -10,7 +10,10 @@ A function-body expansion (or a lowering) computes shapes at run time (``Shape``
    deterministic default-domain node whose inputs are all constants of at most
    ``max_elements`` elements (evaluated with ONNX's reference implementation at the
    given opset). A result whose type or shape disagrees with the value's declared one is
-   not used. Graph outputs and ``Constant`` nodes are left alone. This is exact, given the
+   not used. The size of a result is checked *before* it is computed, so folding never
+   allocates more than ``max_elements`` per output: from the output's declared static
+   shape, and for ops whose output size follows from their inputs' values
+   (``ConstantOfShape``, ``Expand``, ``Tile``, ``Range``) from those values. Graph outputs and ``Constant`` nodes are left alone. This is exact, given the
    model's declared static dimensions.
 3. Nodes among those given that are left without a use are removed.
 
@@ -98,25 +101,105 @@ def _evaluate(node: ir.Node, opset: int, max_elements: int) -> list[np.ndarray] 
             return None
         names.append(f"in{index}")
         feeds[f"in{index}"] = array
+    if _too_large(node, [feeds.get(name) for name in names], max_elements):
+        return None
     attributes = []
     for attr in node.attributes.values():
         if attr.is_ref() or attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
             return None
         attributes.append(ir.serde.serialize_attribute(attr))
-    proto = onnx.helper.make_node(
-        node.op_type, names, [f"out{i}" for i in range(len(node.outputs))]
-    )
-    proto.attribute.extend(attributes)
-    try:
-        results = onnx.reference.ReferenceEvaluator(proto, opsets={"": opset}).run(None, feeds)
-    except Exception as error:  # an op the reference cannot run: leave it
-        logger.debug("cannot fold %s (%s): %s", node.name, node.op_type, error)
+    arrays = _reference(node, names, attributes, feeds, opset)
+    if arrays is None:
         return None
-    arrays = [np.asarray(r) for r in results]
     for out, array in zip(node.outputs, arrays):
         if array.size > max_elements or not _agrees(out, array):
             return None
     return arrays
+
+
+def _reference(
+    node: ir.Node,
+    names: list[str],
+    attributes: list[onnx.AttributeProto],
+    feeds: dict[str, np.ndarray],
+    opset: int,
+) -> list[np.ndarray] | None:
+    """Run ``node`` on ``feeds`` with ONNX's reference implementation (None: it cannot).
+
+    Results are remembered by what determines them (op, opset, attributes, input values):
+    a model repeats the same shape math in every block, and the EP search folds the same
+    nodes at each candidate opset. Copies are returned, so no two constants share data.
+    """
+    key: tuple[object, ...] | None = None
+    if all(a.dtype != object for a in feeds.values()):  # object arrays hold pointers
+        key = (
+            node.op_type,
+            opset,
+            len(node.outputs),
+            tuple(names),
+            tuple(a.SerializeToString(deterministic=True) for a in attributes),
+            tuple((n, a.dtype.str, a.shape, a.tobytes()) for n, a in feeds.items()),
+        )
+        if key in _EVALUATED:
+            known = _EVALUATED[key]
+            return None if known is None else [a.copy() for a in known]
+    proto = onnx.helper.make_node(
+        node.op_type, names, [f"out{i}" for i in range(len(node.outputs))]
+    )
+    proto.attribute.extend(attributes)
+    arrays: list[np.ndarray] | None
+    try:
+        results = onnx.reference.ReferenceEvaluator(proto, opsets={"": opset}).run(None, feeds)
+        arrays = [np.asarray(r) for r in results]
+    except Exception as error:  # an op the reference cannot run: leave it
+        logger.debug("cannot fold %s (%s): %s", node.name, node.op_type, error)
+        arrays = None
+    if key is not None:
+        if len(_EVALUATED) >= _EVALUATED_MAX:
+            _EVALUATED.clear()
+        _EVALUATED[key] = None if arrays is None else [a.copy() for a in arrays]
+    return arrays
+
+
+_EVALUATED: dict[tuple[object, ...], list[np.ndarray] | None] = {}
+_EVALUATED_MAX = 4096
+
+
+def _too_large(node: ir.Node, inputs: list[np.ndarray | None], max_elements: int) -> bool:
+    """Whether an output of ``node`` is known, before evaluating it, to hold more than
+    ``max_elements`` elements (rule 2)."""
+    for out in node.outputs:
+        shape = out.shape
+        if shape is not None and shape.is_static() and math.prod(shape.numpy()) > max_elements:
+            return True
+    elements = _elements_from_inputs(node.op_type, inputs)
+    return elements is not None and elements > max_elements
+
+
+def _elements_from_inputs(op: str, inputs: list[np.ndarray | None]) -> int | None:
+    """The output size of ops whose inputs' values give it (None: not one of them)."""
+    first = inputs[0] if inputs else None
+    second = inputs[1] if len(inputs) > 1 else None
+    if op == "ConstantOfShape" and first is not None:
+        return math.prod(max(int(d), 0) for d in first.reshape(-1))
+    if op == "Expand" and first is not None and second is not None:
+        dims = [max(int(d), 0) for d in second.reshape(-1)]
+        shape = list(first.shape)
+        rank = max(len(dims), len(shape))
+        dims = [1] * (rank - len(dims)) + dims
+        shape = [1] * (rank - len(shape)) + shape
+        return math.prod(max(a, b) for a, b in zip(dims, shape))
+    if op == "Tile" and first is not None and second is not None:
+        return first.size * math.prod(max(int(r), 0) for r in second.reshape(-1))
+    if op == "Range" and len(inputs) == 3:
+        scalars = [float(a.reshape(-1)[0]) for a in inputs if a is not None and a.size == 1]
+        if len(scalars) != 3:
+            return None
+        start, limit, delta = scalars
+        if delta == 0 or not all(map(math.isfinite, (start, limit, delta))):
+            return None
+        return max(math.ceil((limit - start) / delta), 0)
+    return None
 
 
 def _agrees(value: ir.Value, array: np.ndarray) -> bool:
@@ -158,7 +241,7 @@ def fold_static_shapes(nodes: Iterable[ir.Node], opset: int, *, max_elements: in
                 "",
                 "Constant",
                 [],
-                [ir.AttrTensor("value", ir.tensor(array))],
+                [ir.AttrTensor("value", ir.Tensor(array))],  # ir.tensor: slow checks
                 name=f"{node.name or node.op_type}/folded_{index}",
             )
             graph.insert_before(node, constant)

@@ -193,7 +193,7 @@ class Flattener:
                     attr = node.attributes.get("value")
                     size = None
                     if isinstance(attr, ir.Attr) and attr.type == ir.AttributeType.TENSOR:
-                        size = _tensor_size(attr.as_tensor())
+                        size = _tensor_size(attr.value)  # as_tensor() is slow in a loop
                     env[out] = scope.new_value(
                         out.name or "", "initializer", type_string(out.type), size, out
                     )
