@@ -22,7 +22,8 @@ Llama, Qwen3, Gemma3 and Phi-3 ``*ForCausalLM`` models with inputs ``input_ids``
 - ``gemma3_wide`` is Gemma3 with its config's default sliding window (4096 tokens)
   instead of 64: the window cannot bind below 4096 tokens, so its attention is provably
   causal (the fusion tests need one Gemma3 whose attention fuses; ``gemma3``'s 64-token
-  window must be refused).
+  window must be refused). ``gemma3_w4`` has a 4-token window: it binds at test sizes
+  (sequence 8-12, a past longer than the window), for the fused sliding-window attention.
 - Exports are cached per test session, and on disk under ``.pytest_cache/torch_exports``
   (keyed by the text of the functions that build them and the torch/transformers versions; set
   ``ONNXSCRIPT_EP_PASSES_EXPORT_CACHE=0`` to disable the disk cache).
@@ -186,14 +187,14 @@ def _llm(kind: str) -> Any:
         return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
     if kind == "qwen3":
         return transformers.Qwen3ForCausalLM(transformers.Qwen3Config(head_dim=16, **common))
-    if kind in ("gemma3", "gemma3_wide"):
-        window = 64 if kind == "gemma3" else 4096
+    if kind in ("gemma3", "gemma3_wide", "gemma3_w4"):
+        window = {"gemma3": 64, "gemma3_wide": 4096, "gemma3_w4": 4}[kind]
         config = transformers.Gemma3TextConfig(head_dim=16, sliding_window=window, **common)
         return transformers.Gemma3ForCausalLM(config)
     if kind == "phi3":
         config = transformers.Phi3Config(pad_token_id=0, eos_token_id=1, **common)
         return transformers.Phi3ForCausalLM(config)
-    raise ValueError(f"unknown LLM {kind!r}; one of {LLMS} or gemma3_wide")
+    raise ValueError(f"unknown LLM {kind!r}; one of {LLMS}, gemma3_wide or gemma3_w4")
 
 
 def _llm_module(kind: str, kv_cache: bool) -> Any:

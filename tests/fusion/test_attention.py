@@ -65,11 +65,20 @@ def test_decoder_attention_becomes_gqa_with_rotary_inside(kind: str, kv: bool) -
 
 @pytest.mark.torch
 @pytest.mark.filterwarnings("ignore::FutureWarning")
-def test_gemma3_sliding_window_attention_is_refused_with_the_reason() -> None:
-    model, fused, refused = _fused(llm_export("gemma3", 24))
-    assert fused == 0 and len(refused) == 4
-    assert all("mask not proven causal" in why and "j + 63 >= 0" in why for why in refused.values())
-    assert _ops(model)["Attention"] == 4
+def test_gemma3_sliding_window_becomes_gqa_with_local_window_size() -> None:
+    # a 4-token window binds at these sizes (sequences of 10 and 12). The KV-cache export
+    # keeps a sliding cache (past sliced to W - 1 tokens): refused by the matcher.
+    proto = llm_export("gemma3_w4", 24)
+    model, fused, refused = _fused(proto)
+    assert fused == 4 and not refused, refused
+    windows = [
+        n.attributes.get_int("local_window_size", -1)
+        for n in model.graph
+        if n.op_type == "GroupQueryAttention"
+    ]
+    assert windows == [4] * 4
+    for sizes in (Sizes(1, 10, 0), Sizes(2, 12, 0)):
+        _assert_same(proto, model, sizes)
 
 
 def _attention_model(mask_input: bool, is_causal: int) -> onnx.ModelProto:

@@ -45,13 +45,12 @@ def test_torch_export_masks_are_proven_causal(kind: str, opset: int, kv: bool) -
 
 @pytest.mark.torch
 @pytest.mark.filterwarnings("ignore::FutureWarning")
-def test_a_sliding_window_that_can_bind_is_refused_and_one_that_cannot_is_proven() -> None:
-    # Gemma3 with a 64-token window: j > P + i - 64 binds above 64 tokens.
+def test_gemma3s_sliding_window_is_proven_with_its_size() -> None:
+    # Gemma3 with a 64-token window: j > P + i - 64, which binds above 64 tokens.
     model = ir.from_proto(llm_export("gemma3", 24))
     (mask,) = _masks(model)
-    with pytest.raises(RefusedError, match=r"-i \+ j \+ 63 >= 0"):
-        prove_causal_mask(model, mask, max_length=4096)
-    prove_causal_mask(model, mask, max_length=64)  # no sequence is long enough to bind
+    assert prove_causal_mask(model, mask, max_length=4096) == 64
+    assert prove_causal_mask(model, mask, max_length=64) is None  # cannot bind: causal
 
 
 def _model(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto]) -> ir.Model:
@@ -107,19 +106,23 @@ def test_the_causal_form_torch_emits_is_proven_and_an_anti_causal_one_refused() 
     model = _model(*_positions("LessOrEqual"))
     prove_causal_mask(model, model.graph.node(-1).inputs[3], max_length=4096)  # type: ignore[arg-type]
     model = _model(*_positions("GreaterOrEqual"))  # j >= i: the future, not the past
-    with pytest.raises(RefusedError, match=r"conditions beyond causal/padding"):
+    with pytest.raises(RefusedError, match=r"conditions beyond causal/window/padding"):
         prove_causal_mask(model, model.graph.node(-1).inputs[3], max_length=4096)  # type: ignore[arg-type]
     model = _model(*_positions("Less"))  # j < i: not even the token itself
-    with pytest.raises(RefusedError, match="conditions beyond causal/padding"):
+    with pytest.raises(RefusedError, match="conditions beyond causal/window/padding"):
         prove_causal_mask(model, model.graph.node(-1).inputs[3], max_length=4096)  # type: ignore[arg-type]
 
 
-def test_a_window_is_refused_only_where_it_can_bind() -> None:
+def test_a_window_is_returned_where_it_can_bind_and_an_empty_one_refused() -> None:
     model = _model(*_positions("LessOrEqual", window=16))
     mask = model.graph.node(-1).inputs[3]
     assert mask is not None
-    prove_causal_mask(model, mask, max_length=16)
-    with pytest.raises(RefusedError, match=r"-i \+ j \+ 15 >= 0"):
+    assert prove_causal_mask(model, mask, max_length=16) is None
+    assert prove_causal_mask(model, mask, max_length=17) == 16
+    model = _model(*_positions("LessOrEqual", window=0))  # j > i: not even the token itself
+    mask = model.graph.node(-1).inputs[3]
+    assert mask is not None
+    with pytest.raises(RefusedError, match=r"-i \+ j - 1 >= 0"):
         prove_causal_mask(model, mask, max_length=17)
 
 

@@ -6,7 +6,9 @@ One opset per model keeps CI short (all of 23..25 x Llama/Qwen3/Gemma3 are in
 benchmarks/bench_fusion.py); each covers one rotary/normalization form: RMSNormalization-23
 and RotaryEmbedding-23 (Qwen3 at 23), Pow/ReduceMean and rotate_half (Llama at 24), Gemma3's
 q/k norms at 25 (``gemma3_wide``: its 4096-token sliding window cannot bind, so the
-attention is provably causal; tests/torch_models.py). Models: 4 layers, batch 1.
+attention is provably causal; tests/torch_models.py) and ``gemma3_w4`` at 24, whose 4-token
+window binds at 8 tokens (GroupQueryAttention with ``local_window_size=4`` on the EP).
+Models: 4 layers, batch 1.
 """
 
 from __future__ import annotations
@@ -24,13 +26,19 @@ from tests.torch_models import llm_export
 pytestmark = WEBGPU_EXPORT_MARKS
 
 
-@pytest.mark.parametrize(("kind", "opset"), [("qwen3", 23), ("llama", 24), ("gemma3_wide", 25)])
+@pytest.mark.parametrize(
+    ("kind", "opset"),
+    [("qwen3", 23), ("llama", 24), ("gemma3_wide", 25), ("gemma3_w4", 24)],
+)
 def test_optimized_export_runs_on_webgpu_with_few_memcpy(kind: str, opset: int) -> None:
     proto = llm_export(kind, opset)
     model = ir.from_proto(proto)
     feeds = generate_feeds(model.graph.inputs, Sizes(1, 8, 0))
     pipeline = OptimizeForEpPass("webgpu")
     pipeline(model)
+    if kind == "gemma3_w4":
+        gqa = [n for n in model.graph if n.op_type == "GroupQueryAttention"]
+        assert [n.attributes.get_int("local_window_size", -1) for n in gqa] == [4] * 4
     assert {f.pattern for f in pipeline.fusions if f.kept} >= {
         "skip_rms_normalization",
         "group_query_attention",

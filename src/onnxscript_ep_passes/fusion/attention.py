@@ -20,8 +20,11 @@ Conditions (proved from the graph, or refused):
 - **mask**: either absent with ``is_causal=1`` and no KV cache, or a tensor that
   :func:`~onnxscript_ep_passes.fusion.mask_proof.prove_causal_mask` proves, from the
   graph and for every size up to ``max_length`` tokens, to be
-  ``causal(j <= past + i) AND attention_mask[b, j]`` (no sampling: a sliding window
-  that can bind, or a mask the proof cannot read, is refused with the reason).
+  ``causal(j <= past + i) [AND j > past + i - W] AND attention_mask[b, j]`` (no
+  sampling: a mask the proof cannot read is refused with the reason). A sliding window
+  of a constant ``W`` tokens becomes ``local_window_size = W``: ORT's GroupQueryAttention
+  lets query ``i`` see keys ``past + i - W < j <= past + i`` with it (measured on ORT 1.32
+  CPU and the WebGPU plugin EP, prefill and decode with past beyond the window).
   GroupQueryAttention then derives ``seqlens_k = sum(attention_mask) - 1``, which
   equals that mask for masks of ones and for right padding on the valid tokens (left
   padding or holes: not equal, as in GenAI).
@@ -67,7 +70,8 @@ class AttentionFusionResult:
     notes: dict[str, str] = dataclasses.field(default_factory=dict)  # fused, with a caveat
 
 
-def _prove_mask(model: ir.Model, match: AttentionMatch, max_length: int) -> None:
+def _prove_mask(model: ir.Model, match: AttentionMatch, max_length: int) -> int | None:
+    """The proven mask's sliding window (None: none binds); refuses otherwise."""
     node = match.node
     mask = node.inputs[3] if len(node.inputs) > 3 else None
     causal = node.attributes.get_int("is_causal", 0)
@@ -76,10 +80,10 @@ def _prove_mask(model: ir.Model, match: AttentionMatch, max_length: int) -> None
             raise RefusedError("not causal (no mask, is_causal=0)")
         if match.past_key is not None:
             raise RefusedError("is_causal=1 with a KV cache (ONNX aligns it top-left)")
-        return
+        return None
     if causal:
         raise RefusedError("both a mask and is_causal=1")
-    prove_causal_mask(model, mask, max_length=max_length)
+    return prove_causal_mask(model, mask, max_length=max_length)
 
 
 def _rotary_caches(
@@ -179,7 +183,7 @@ class _Builder:
             self.caches[match.rotary] = (self.const("cos_cache", cos), self.const("sin_cache", sin))
         return self.caches[match.rotary]
 
-    def rewrite(self, match: AttentionMatch) -> None:
+    def rewrite(self, match: AttentionMatch, window: int | None) -> None:
         anchor = match.node
         seqlens, total = self.seq_lengths(anchor, match)
         nodes: list[ir.Node] = []
@@ -215,6 +219,8 @@ class _Builder:
             "kv_num_heads": match.kv_heads,
             "scale": match.scale,
         }
+        if window is not None:
+            attrs["local_window_size"] = window
         if match.rotary is not None:
             inputs.extend(self.rotary(self.model, match))
             attrs.update(do_rotary=1, rotary_interleaved=0)
@@ -263,7 +269,7 @@ def fuse_attention_to_gqa(model: ir.Model, *, max_length: int = 4096) -> Attenti
         label = node.name or f"Attention#{len(result.refused) + result.fused}"
         try:
             match = match_attention(node, graph)
-            _prove_mask(model, match, max_length)
+            window = _prove_mask(model, match, max_length)
             if match.rotary is not None:
                 try:
                     builder.rotary(model, match)
@@ -272,7 +278,7 @@ def fuse_attention_to_gqa(model: ir.Model, *, max_length: int = 4096) -> Attenti
                     match = dataclasses.replace(
                         match, q=match.q_rotated, k=match.k_rotated, rotary=None
                     )
-            builder.rewrite(match)
+            builder.rewrite(match, window)
         except RefusedError as error:
             result.refused[label] = str(error)
             continue

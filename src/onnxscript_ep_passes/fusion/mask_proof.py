@@ -5,7 +5,9 @@ symbolically, for every input size at once, and raises
 :class:`~onnxscript_ep_passes.fusion.attention_match.RefusedError` (with the reason) unless
 it proves that the mask allows query ``i`` to see key ``j`` exactly when::
 
-    j <= past + i   AND   attention_mask[b, j] != 0     (the second only with that input)
+    j <= past + i  [AND  j > past + i - W]  AND  attention_mask[b, j] != 0
+
+(the window only for a constant ``W >= 1``, returned; the padding only with that input).
 
 Rules:
 
@@ -27,11 +29,13 @@ Rules:
   accepted only as ``Where(allowed, 0, -inf or the lowest float)``.
 - **Decision.** The mask's predicate is a conjunction of atoms. Atoms that hold on the
   whole domain (coordinates inside the mask's shape, sizes inside their bounds) are
-  dropped; what is left must be exactly the causal atom ``P + i - j >= 0`` and, when the
-  graph has ``attention_mask``, ``attention_mask[b, j]``. A sliding window that can bind
-  below ``max_length`` (``j > P + i - W``), key positions shifted by the past
-  (``max(0, P - W + 1)``), values this interpreter does not know, or an op it does not
-  model: refused, with the reason.
+  dropped; what is left must be exactly the causal atom ``P + i - j >= 0``, at most one
+  sliding-window atom ``j - P - i + (W - 1) >= 0`` with a constant ``W >= 1`` (HF's window
+  of ``W`` tokens: the query sees itself and the ``W - 1`` keys before it; a window that
+  cannot bind below ``max_length`` is dropped as always true, giving no window) and, when
+  the graph has ``attention_mask``, ``attention_mask[b, j]``. Key positions shifted by the
+  past (``max(0, P - W + 1)``), a window that is not a constant, values this interpreter
+  does not know, or an op it does not model: refused, with the reason.
 
 A constant mask (static-shape exports fold it) is checked element by element: the model
 accepts only its static sizes, so that is a proof too.
@@ -432,8 +436,12 @@ def _check_constant(model: ir.Model, array: np.ndarray, has_past: bool) -> None:
         raise refuse("a constant mask that is not causal")
 
 
-def prove_causal_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> None:
-    """Prove ``mask`` (an Attention's input 3) causal AND padding (module docstring).
+def prove_causal_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> int | None:
+    """Prove ``mask`` (an Attention's input 3) causal AND window AND padding (module docstring).
+
+    Returns:
+        The sliding window ``W`` (query ``i`` sees keys ``past + i - W < j``), or None when
+        no window can bind below ``max_length``.
 
     Raises:
         RefusedError: not proven; the message says which condition failed.
@@ -445,7 +453,7 @@ def prove_causal_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> No
     tensor = ir.convenience.get_const_tensor(mask)
     if tensor is not None:
         _check_constant(model, tensor.numpy(), has_past)
-        return
+        return None
     bounds = Bounds(has_past, max_length)
     val = _Interpreter(model.graph, bounds).value(mask)
     elem: Elem = val.elem.allowed if isinstance(val.elem, FloatMask) else val.elem
@@ -467,6 +475,11 @@ def prove_causal_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> No
     assert isinstance(elem, frozenset)
     left = {canonical(a) for a in elem if isinstance(a, PadAtom) or not bounds.always(a, dims)}
     expected: set[Atom] = {canonical(Lin.of(P=int(has_past), x2=1, x3=-1))}
+    window_terms = Lin.of(P=-int(has_past), x2=-1, x3=1).terms
+    windows = [a for a in left if isinstance(a, Lin) and a.terms == window_terms]
+    window = windows[0].const + 1 if len(windows) == 1 and windows[0].const >= 0 else None
+    if window is not None:
+        expected.add(windows[0])
     pad = next((v for v in model.graph.inputs if v.name == "attention_mask"), None)
     if pad is not None:
         one_row = pad.shape is not None and len(pad.shape) == 2 and pad.shape[0] == 1
@@ -476,4 +489,5 @@ def prove_causal_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> No
     if left != expected:
         extra = ", ".join(sorted(_show(a) for a in left - expected)) or "-"
         missing = ", ".join(sorted(_show(a) for a in expected - left)) or "-"
-        raise refuse(f"conditions beyond causal/padding: {extra}; missing: {missing}")
+        raise refuse(f"conditions beyond causal/window/padding: {extra}; missing: {missing}")
+    return window
