@@ -24,8 +24,9 @@ import dataclasses
 
 import onnx_ir as ir
 
+from onnxscript_ep_passes.ep.placement import NodePlacement
 from onnxscript_ep_passes.passes.candidates import Candidate
-from onnxscript_ep_passes.passes.legalize import LegalizationDecision
+from onnxscript_ep_passes.passes.legalize import Decision, LegalizationDecision
 
 
 def choice_decisions(
@@ -56,34 +57,16 @@ def choice_decisions(
         now = placed_after.get(key)
         known = by_variant.get(key)
         if now is not None and now.placement == "ep":
-            decision = LegalizationDecision(
-                node.name,
-                node.op_type,
-                node.domain,
-                node.since_version,
-                opset,
-                "lower",
-                f"{node.reason}; runs on the EP at opset {opset} ({now.reason})",
-                key,
-            )
+            reason = f"{node.reason}; runs on the EP at opset {opset} ({now.reason})"
+            decision = _decision(node, opset, "lower", reason, key)
         elif chosen.legalized and known is not None:
             decision = known
         elif now is None:
-            decision = LegalizationDecision(
-                node.name,
-                node.op_type,
-                node.domain,
-                node.since_version,
-                opset,
-                "expand",
-                f"{node.reason}; the lowering to opset {opset} expanded it",
-                key,
-            )
+            reason = f"{node.reason}; the lowering to opset {opset} expanded it"
+            decision = _decision(node, opset, "expand", reason, key)
         else:
             why = known.reason if known is not None and known.decision == "cpu" else now.reason
-            decision = LegalizationDecision(
-                node.name, node.op_type, node.domain, node.since_version, opset, "cpu", why, key
-            )
+            decision = _decision(node, opset, "cpu", why, key)
         out[key] = decision
     for key, known in by_variant.items():
         if key in out:
@@ -98,3 +81,11 @@ def choice_decisions(
             )
         out[key] = known
     return tuple(out.values())
+
+
+def _decision(
+    node: NodePlacement, opset: int, decision: Decision, reason: str, key: ir.Node
+) -> LegalizationDecision:
+    return LegalizationDecision(
+        node.name, node.op_type, node.domain, node.since_version, opset, decision, reason, key
+    )
