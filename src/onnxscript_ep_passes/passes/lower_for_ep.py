@@ -37,7 +37,7 @@ Rules the pass follows:
    never expanded. A chosen legalized candidate is the model the pass keeps (its graph is
    moved into the model object). Each node that falls back at the source opset or at the
    chosen one gets a :class:`~onnxscript_ep_passes.passes.legalize.LegalizationDecision`
-   (``lower``, ``expand`` or ``cpu``, with the reason) in
+   (``lower``, ``expand`` or ``cpu``, with the reason; :mod:`.choice_decisions`) in
    :attr:`EpLoweringChoice.decisions`, logged at DEBUG (rule 5 counts them at INFO).
 7. Nodes of the copies are related to the model's by structure when a copy is made
    (:mod:`~onnxscript_ep_passes._copies`), never by name. The pass's result is an
@@ -88,12 +88,12 @@ from onnxscript_ep_passes.lowering.lower_opset import (
 )
 from onnxscript_ep_passes.passes.candidates import (
     MEASURE_TOP,
-    Candidate,
     CandidateSearch,
     SearchSettings,
     WorkState,
     measure_candidates,
 )
+from onnxscript_ep_passes.passes.choice_decisions import choice_decisions
 from onnxscript_ep_passes.passes.legalize import LegalizationDecision
 from onnxscript_ep_passes.progress import track
 from onnxscript_ep_passes.verdict import verdict
@@ -251,7 +251,9 @@ def _search(
     measured: dict[tuple[int, bool], CandidateMeasurement] = {}
     if settings.measure:
         chosen = measure_candidates(pool, source, table, settings, measure_top, distinct, measured)
-    decisions = _decisions(search.plain[source], chosen, search.legalizations.get(chosen.opset))
+    decisions = choice_decisions(
+        search.plain[source], chosen, search.legalizations.get(chosen.opset)
+    )
     choice = EpLoweringChoice(
         ep=table.ep,
         ort_version=table.ort_version,
@@ -319,78 +321,6 @@ def candidate_models(
 
 def _wholly_on_ep(prediction: PlacementPrediction) -> bool:
     return not prediction.fallback_nodes and prediction.memcpy == 0
-
-
-def _decisions(
-    source: Candidate, chosen: Candidate, variant: Candidate | None
-) -> tuple[LegalizationDecision, ...]:
-    """One decision per node falling back at the source or at the chosen opset.
-
-    Nodes of a function body ORT inlines (an op no EP has a kernel for) are not listed:
-    the legalized variant's decision about the op's node covers them. Nodes are keyed by
-    the model's node each stands for (a node built on a copy stands for itself).
-    """
-    by_variant: dict[ir.Node, LegalizationDecision] = {}
-    if variant is not None and variant.legalization is not None:
-        for d in variant.legalization.decisions:
-            if d.ir_node is not None:
-                by_variant[variant.model_node(d.ir_node)] = d
-    placed_after = {
-        chosen.model_node(n.node): n
-        for n in chosen.prediction.nodes
-        if n.node is not None and not n.inserted_by_ort and not n.inlined_by_ort
-    }
-    opset = chosen.opset
-    out: dict[ir.Node, LegalizationDecision] = {}
-    for node in source.prediction.fallback_nodes:
-        key = node.node
-        if key is None or node.inserted_by_ort or node.inlined_by_ort or key in out:
-            continue
-        now = placed_after.get(key)
-        known = by_variant.get(key)
-        if now is not None and now.placement == "ep":
-            decision = LegalizationDecision(
-                node.name,
-                node.op_type,
-                node.domain,
-                node.since_version,
-                opset,
-                "lower",
-                f"{node.reason}; runs on the EP at opset {opset} ({now.reason})",
-                key,
-            )
-        elif chosen.legalized and known is not None:
-            decision = known
-        elif now is None:
-            decision = LegalizationDecision(
-                node.name,
-                node.op_type,
-                node.domain,
-                node.since_version,
-                opset,
-                "expand",
-                f"{node.reason}; the lowering to opset {opset} expanded it",
-                key,
-            )
-        else:
-            why = known.reason if known is not None and known.decision == "cpu" else now.reason
-            decision = LegalizationDecision(
-                node.name, node.op_type, node.domain, node.since_version, opset, "cpu", why, key
-            )
-        out[key] = decision
-    for key, known in by_variant.items():
-        if key in out:
-            continue
-        if not chosen.legalized and known.decision == "expand":
-            now = placed_after.get(key)
-            reason = now.reason if now is not None else known.reason
-            known = dataclasses.replace(
-                known,
-                decision="cpu",
-                reason=f"{reason}; expanding it did not make the model better",
-            )
-        out[key] = known
-    return tuple(out.values())
 
 
 @dataclasses.dataclass
