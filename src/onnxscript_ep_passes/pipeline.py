@@ -45,6 +45,7 @@ from onnxscript.rewriter import onnx_fusions
 
 from onnxscript_ep_passes._copies import adopt
 from onnxscript_ep_passes.ep.cost import placement_cost
+from onnxscript_ep_passes.ep.dims import DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.names import canonical_ep_name
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
@@ -127,7 +128,7 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         legalize: bool = True,
         fuse: bool = True,
         max_length: int = 4096,
-        dims: Any = None,
+        dims: DimsSpec = None,
         measure: bool = False,
         measure_rounds: int = 20,
     ) -> None:
@@ -255,7 +256,7 @@ def optimize_for_ep(
     legalize: bool = True,
     fuse: bool = True,
     max_length: int = 4096,
-    dims: Any = None,
+    dims: DimsSpec = None,
     measure: bool = False,
 ) -> ir.Model:
     """Optimize ``model`` for ``ep`` in place (see module docstring) and return it.

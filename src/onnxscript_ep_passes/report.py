@@ -74,7 +74,6 @@ import io
 import json
 import os
 import sys
-from collections.abc import Mapping
 from typing import IO, Any
 
 import onnx_ir as ir
@@ -84,7 +83,7 @@ from rich.table import Table
 from rich.text import Text
 
 from onnxscript_ep_passes.ep import cost
-from onnxscript_ep_passes.ep.dims import DimSizes
+from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.placement import PlacementPrediction
 from onnxscript_ep_passes.ep.table_source import resolve_table
@@ -201,7 +200,7 @@ def placement_report(
     target_opset: int | None = None,
     table: KernelTable | None = None,
     legalize: bool = True,
-    dims: DimSizes | Mapping[str, int] | str | None = None,
+    dims: DimsSpec = None,
     measure: bool = False,
     kernel_table: str | os.PathLike[str] | None = None,
     model_name: str | None = None,

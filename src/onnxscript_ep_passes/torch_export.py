@@ -23,12 +23,11 @@ from __future__ import annotations
 __all__ = ["lower_for_ep", "lower_program_opset"]
 
 import os
-from collections.abc import Mapping
 from typing import Any, Protocol
 
 import onnx_ir as ir
 
-from onnxscript_ep_passes.ep.dims import DimSizes
+from onnxscript_ep_passes.ep.dims import DimsSpec
 from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
 from onnxscript_ep_passes.passes.lower_for_ep import (
     EpLoweringChoice,
@@ -65,7 +64,7 @@ def lower_for_ep(
     ort_version: str | None = None,
     target_opset: int | None = None,
     legalize: bool = True,
-    dims: DimSizes | Mapping[str, int] | str | None = None,
+    dims: DimsSpec = None,
     measure: bool = False,
     kernel_table: str | os.PathLike[str] | None = None,
 ) -> EpLoweringChoice | None:

@@ -34,6 +34,7 @@ __all__ = [
     "DEFAULT_PAST",
     "DEFAULT_SEQUENCE",
     "DimSizes",
+    "DimsSpec",
     "parse_dims",
 ]
 
@@ -42,7 +43,7 @@ import dataclasses
 import operator
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
 DEFAULT_BATCH = 1
 DEFAULT_SEQUENCE = 128
@@ -95,7 +96,7 @@ class DimSizes:
     )
 
     @classmethod
-    def of(cls, dims: DimSizes | Mapping[str, int] | str | None) -> DimSizes:
+    def of(cls, dims: DimsSpec) -> DimSizes:
         """Accept a :class:`DimSizes`, a mapping, a ``--dims`` string or None."""
         if isinstance(dims, DimSizes):
             return dims
@@ -187,3 +188,8 @@ class DimSizes:
             pick = max if node.func.id.lower() == "max" else min
             return pick(self._evaluate(a) for a in node.args)
         raise ValueError(f"unsupported dimension expression {ast.dump(node)}")
+
+
+DimsSpec: TypeAlias = DimSizes | Mapping[str, int] | str | None
+"""What the APIs accept for ``dims``: a :class:`DimSizes`, a mapping, a ``--dims`` string
+(``name=size,...``) or None (the defaults)."""

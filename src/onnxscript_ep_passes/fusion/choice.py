@@ -26,7 +26,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnxscript_ep_passes.ep.dims import DimSizes
+from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.measure import measure_interleaved, pick_fastest
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
@@ -72,7 +72,7 @@ class CandidateRecord:
 def choose_by_measurement(
     candidates: Sequence[tuple[str, ir.Model]],
     table: KernelTable,
-    dims: Any = None,
+    dims: DimsSpec = None,
     *,
     rounds: int = 20,
 ) -> tuple[str, list[CandidateRecord]]:

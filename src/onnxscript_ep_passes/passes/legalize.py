@@ -54,14 +54,14 @@ __all__ = [
 import collections
 import dataclasses
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 import onnx_ir as ir
 
 from onnxscript_ep_passes._copies import align, copy_with_origins
 from onnxscript_ep_passes.ep.cost import PlacementCost, placement_cost
-from onnxscript_ep_passes.ep.dims import DimSizes
+from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.names import CPU_EP, canonical_ep_name
 from onnxscript_ep_passes.ep.placement import (
@@ -458,7 +458,7 @@ class LegalizeForEpPass(ir.passes.InPlacePass):
         ort_version: str | None = None,
         *,
         table: KernelTable | None = None,
-        dims: DimSizes | Mapping[str, int] | str | None = None,
+        dims: DimsSpec = None,
     ) -> None:
         super().__init__()
         self.ep = canonical_ep_name(ep)

@@ -64,7 +64,6 @@ import collections
 import dataclasses
 import logging
 import os
-from collections.abc import Mapping
 
 import onnx_ir as ir
 
@@ -73,7 +72,7 @@ from onnxscript_ep_passes.ep.cost import (
     PlacementCost,
     best_candidate,
 )
-from onnxscript_ep_passes.ep.dims import DimSizes
+from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.measure import CandidateMeasurement
 from onnxscript_ep_passes.ep.names import CPU_EP, canonical_ep_name
@@ -285,7 +284,7 @@ def choose_target_opset(
     target_opset: int | None = None,
     floor: int = MIN_TARGET_OPSET,
     legalize: bool = True,
-    dims: DimSizes | Mapping[str, int] | str | None = None,
+    dims: DimsSpec = None,
     measure: bool = False,
     measure_top: int = MEASURE_TOP,
     measure_runs: int = 10,
@@ -305,7 +304,7 @@ def candidate_models(
     table: KernelTable,
     *,
     legalize: bool = True,
-    dims: DimSizes | Mapping[str, int] | str | None = None,
+    dims: DimsSpec = None,
 ) -> tuple[EpLoweringChoice, dict[tuple[int, bool], ir.Model]]:
     """The choice, and a copy of the model (sharing its weights) for every candidate
     ``(opset, legalized)`` it weighed (for benchmarks: run each one)."""
@@ -362,7 +361,7 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
         *,
         table: KernelTable | None = None,
         legalize: bool = True,
-        dims: DimSizes | Mapping[str, int] | str | None = None,
+        dims: DimsSpec = None,
         measure: bool = False,
         kernel_table: str | os.PathLike[str] | None = None,
     ) -> None:
