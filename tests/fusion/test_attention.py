@@ -81,6 +81,19 @@ def test_gemma3_sliding_window_becomes_gqa_with_local_window_size() -> None:
         _assert_same(proto, model, sizes)
 
 
+@pytest.mark.torch
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_gemma3_sliding_kv_cache_is_refused_with_a_reason_naming_it() -> None:
+    # Gemma3's sliding layers keep the last W - 1 past tokens: their KV Concat reads a
+    # Slice of the past (the export the e2e objective tests build too)
+    proto = llm_export("gemma3", 24, kv_cache=True)
+    _, fused, refused = _fused(proto)
+    assert fused < 4 and refused
+    sliced = [r for r in refused.values() if "computed by Slice" in r]
+    assert sliced, refused
+    assert all("sliding-window cache" in r for r in sliced)
+
+
 def _attention_model(mask_input: bool, is_causal: int) -> onnx.ModelProto:
     q = helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 4, "s", 16])
     k = helper.make_tensor_value_info("k", TensorProto.FLOAT, [1, 4, "s", 16])

@@ -146,8 +146,18 @@ def split_cache(value: ir.Value, graph: ir.Graph) -> tuple[ir.Value | None, ir.V
         return None, value
     past, new = node.inputs
     if past is None or new is None or past not in graph.inputs:
-        raise RefusedError("KV Concat whose past is not a graph input")
+        kind = "" if past is None else f" (it is computed by {_producer_name(past)})"
+        raise RefusedError(
+            f"KV Concat whose past is not a graph input{kind}: a cache the graph trims or "
+            "rewrites (e.g. a sliding-window cache keeping only the last window of past "
+            "tokens) is not fused, GroupQueryAttention appends to the whole past it is given"
+        )
     return past, new
+
+
+def _producer_name(value: ir.Value) -> str:
+    node = value.producer()
+    return "nothing" if node is None else f"{node.op_type} node '{node.name}'"
 
 
 @dataclasses.dataclass
