@@ -32,6 +32,7 @@ import platform
 import resource
 import statistics
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -235,8 +236,10 @@ def _provenance(script: str, command: str, env: dict[str, Any]) -> str:
 
 
 def _repo_relative(text: str) -> str:
-    """``text`` with this checkout's absolute path replaced by paths relative to it (the
-    results must not name the machine they ran on)."""
+    """``text`` with the interpreter's path replaced by ``python`` and this checkout's
+    absolute path by paths relative to it (the results must not name the machine they
+    ran on; the interpreter may live outside the checkout, e.g. another checkout's venv)."""
+    text = text.replace(sys.executable, "python")
     return text.replace(f"{ROOT}{os.sep}", "").replace(str(ROOT), ".")
 
 
