@@ -34,7 +34,6 @@ import datetime
 import json
 import logging
 import platform
-import subprocess
 import sys
 import time
 import warnings
@@ -45,18 +44,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))  # tests.torch_models: the exact models the tests use
 
+from benchlib import git_state  # noqa: E402
+
 MODELS = [f"{k}-{v}" for v in ("dynamic", "kv") for k in ("llama", "qwen3", "gemma3", "phi3")]
 OPSETS = (24,)
 DIMS = "batch=1,sequence_length=32,past_sequence_length=32"  # the results' settings
-
-
-def _git(*args: str) -> str:
-    try:
-        return subprocess.run(
-            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def _bench_model(name: str, opset: int, dims: str | None, runs: int, rounds: int) -> dict[str, Any]:
@@ -210,10 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     from onnxscript_ep_passes.ep.webgpu import plugin_version
 
     # The commit and tree state the run starts from (the code it measures).
+    git = git_state()
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "commit": _git("rev-parse", "--short", "HEAD"),
-        "dirty": bool(_git("status", "--porcelain", "--", "src", "benchmarks")),
+        "commit": git["commit"],
+        "dirty": bool(git["changed"]),
         "ort": ort.__version__,
         "plugin": plugin_version(),
         "machine": f"{platform.machine()}, {platform.system()}",
