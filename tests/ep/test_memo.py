@@ -167,6 +167,33 @@ def test_constants_and_attributes_changed_in_place_change_the_answer() -> None:
     assert prediction.fallback_nodes[-1].op_type == "Relu"  # no double Relu kernel
 
 
+def _attention_25() -> ir.Model:
+    """Relu -> Attention-25 (no kernel on any EP, CPU included: ORT inlines its body)."""
+    shape = [1, 4, 8, 16]
+    graph = oh.make_graph(
+        [
+            oh.make_node("Relu", ["x"], ["q"], name="relu"),
+            oh.make_node("Attention", ["q", "k", "v"], ["y"], name="attn", is_causal=1),
+        ],
+        "g",
+        [oh.make_tensor_value_info(n, onnx.TensorProto.FLOAT, shape) for n in ("x", "k", "v")],
+        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, shape)],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 25)])
+    model.ir_version = 11
+    return ir.from_proto(model)
+
+
+def test_a_body_ort_inlines_follows_the_edits_of_its_node() -> None:
+    table = KernelTable.from_rows("TestEP", "0.0", "test", [("", "Relu", 14, None, None)])
+    model = _attention_25()
+    causal, _ = _check(model, table)
+    assert any(n.inlined_by_ort for n in causal.nodes)
+    _first(model, "Attention").attributes["is_causal"] = ir.AttrInt64("is_causal", 0)
+    plain, _ = _check(model, table)
+    assert len(plain.nodes) < len(causal.nodes)  # no causal mask in the body
+
+
 def test_layout_phase_cached_equals_fresh(webgpu_table: KernelTable) -> None:
     model = ir.from_proto(cnn_model(21))
     first = _check(model, webgpu_table)
