@@ -24,7 +24,7 @@ from onnxscript_ep_passes.ep import KernelTable, predict_placement
 from onnxscript_ep_passes.ep.cost import PlacementCost, placement_cost
 from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.memo import BoundedCache, attributes_key, clear_caches
-from onnxscript_ep_passes.ep.placement import PlacementPrediction
+from onnxscript_ep_passes.ep.placement import NodePlacement, PlacementPrediction
 from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.lowering.expansion import expand_node
 from onnxscript_ep_passes.lowering.lower_opset import run_lowering
@@ -210,6 +210,15 @@ def _remove_first_relu(model: ir.Model) -> None:
     relu = _first(model, "Relu")
     ir.convenience.replace_all_uses_with(relu.outputs[0], relu.inputs[0])
     model.graph.remove(relu, safe=True)
+
+
+def test_records_built_from_fields_equal_constructed_ones(decoder: ir.Model) -> None:
+    prediction = predict_placement(decoder, get_table("cuda", "1.24"))
+    names = [f.name for f in dataclasses.fields(NodePlacement)]
+    for record in prediction.nodes:
+        assert list(vars(record)) == names  # every field, nothing else
+        rebuilt = NodePlacement(**{name: getattr(record, name) for name in names})
+        assert rebuilt == record and hash(rebuilt) == hash(record) and repr(rebuilt) == repr(record)
 
 
 def test_attribute_keys_tell_values_apart() -> None:

@@ -127,7 +127,12 @@ class ValueSizes:
     def _size(self, value: ir.Value) -> tuple[int, int]:
         known = self._sized.get(value)
         if known is None:
-            shape = self.shape(value)
+            shape, dtype = value.shape, value.dtype
+            if shape is None or dtype is None:  # :meth:`shape` and :meth:`dtype`, inlined
+                inferred = self.inferred.get(value)
+                if inferred is not None:
+                    dtype = inferred[0] if dtype is None else dtype
+                    shape = inferred[1] if shape is None else shape
             if shape is None:
                 const = value.const_value
                 elements = int(const.size) if const is not None else UNKNOWN_ELEMENTS
@@ -137,7 +142,6 @@ class ValueSizes:
                 if counted is None:
                     counted = self._shape_elements[dims] = self.dims.elements(dims)
                 elements = counted
-            dtype = self.dtype(value)
             bits = dtype.bitwidth if dtype is not None else 32
             known = self._sized[value] = (elements, (elements * bits + 7) // 8)
         return known
