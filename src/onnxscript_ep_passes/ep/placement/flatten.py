@@ -74,7 +74,8 @@ def _cached_schema_body(
     node: ir.Node, schema: onnx.defs.OpSchema, dtypes: Sequence[str | None]
 ) -> ir.Function | None:
     """:func:`_schema_body`, cached by what the body's builder reads: the op, its
-    attributes, each input's type and shape, and which outputs the node has."""
+    attributes, each input's type and shape, and which inputs and outputs the node has
+    (a value without a name is absent to it)."""
     attrs = attributes_key(node)
     if attrs is None:
         return _schema_body(node, schema, dtypes)
@@ -84,7 +85,7 @@ def _cached_schema_body(
         schema.since_version,
         attrs,
         tuple(
-            None if v is None else (dtype, shape_key(v.shape))
+            None if v is None else (bool(v.name), dtype, shape_key(v.shape))
             for v, dtype in zip(node.inputs, dtypes)
         ),
         tuple(bool(out.name) for out in node.outputs),
