@@ -49,7 +49,7 @@ from onnxscript_ep_passes.ep.placement.kernels import decide_kernel, infer_types
 logger = logging.getLogger(__name__)
 
 # Schema bodies ORT inlines, by what builds them (never edited: shared between calls).
-_BODIES: BoundedCache[Hashable, tuple[ir.Function | None]] = BoundedCache(limit=4096)
+_BODIES: BoundedCache[Hashable, tuple[ir.Function | None]] = BoundedCache(limit=512)
 
 
 @dataclasses.dataclass(frozen=True)
