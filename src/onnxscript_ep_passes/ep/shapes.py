@@ -124,11 +124,7 @@ def _infer_node(
                 None if i is None else (i[0], shape_key(i[1]), _tensor_key(i[2])) for i in inputs
             ),
         )
-    outputs = None if key is None else _INFERRED.get(key)
-    if outputs is None:
-        outputs = _run_inference(node, schema, opset, inputs)
-        if key is not None:
-            _INFERRED.put(key, outputs)
+    outputs = _INFERRED.fetch(key, lambda: _run_inference(node, schema, opset, inputs))
     for value, inferred in zip(node.outputs, outputs):
         if inferred is None:
             continue
