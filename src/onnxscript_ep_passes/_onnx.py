@@ -61,10 +61,18 @@ def iter_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
         yield from sub.node
 
 
+_TENSOR_STRINGS: dict[ir.DataType, str | None] = {
+    dtype: None if dtype == ir.DataType.UNDEFINED else f"tensor({dtype.name.lower()})"
+    for dtype in ir.DataType
+}
+
+
 def type_string(type_: ir.TypeProtocol | None) -> str | None:
     """The ONNX type string ('tensor(float)', 'seq(tensor(int64))', ...) of an IR type."""
     if type_ is None:
         return None
+    if type(type_) is ir.TensorType:  # the common case, read from a table (a hot path)
+        return _TENSOR_STRINGS.get(type_.dtype)
     if isinstance(type_, ir.TensorType):
         if type_.dtype == ir.DataType.UNDEFINED:
             return None

@@ -11,6 +11,8 @@
   version (:func:`get_table`).
 - :mod:`~onnxscript_ep_passes.ep.traits` -- which inputs/outputs an EP keeps in CPU memory,
   and whether ORT moves small shape computations off it.
+- :mod:`~onnxscript_ep_passes.ep.memo` -- caches keyed by value for the per-node work
+  placement and pricing repeat on every call (kernel decisions, per-node inference).
 - :mod:`~onnxscript_ep_passes.ep.cost` -- the one cost objective that ranks predicted
   placements and candidates.
 - :mod:`~onnxscript_ep_passes.ep.placement` -- predict ORT's node placement and Memcpy count

@@ -17,6 +17,9 @@ does. The rules:
   kernel defs use: a schema type parameter (``"T"``) or a formal parameter name
   (``"shape"``).
 
+- **Tables are immutable**: answers that depend only on the table and a key (a version
+  match, a caller's kernel decision) are kept in the table's :meth:`KernelTable.memo`.
+
 Where tables come from is elsewhere: shipped snapshots in
 :mod:`~onnxscript_ep_passes.ep.snapshots`, live listings in
 :mod:`~onnxscript_ep_passes.ep.live_tables`, and the choice between them in
@@ -28,7 +31,8 @@ from __future__ import annotations
 __all__ = ["KernelRange", "KernelTable"]
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Any
 
 from onnxscript_ep_passes.ep.names import (
     EP_ALIASES,
@@ -107,6 +111,10 @@ class KernelTable:
     source: str
     ranges: Mapping[tuple[str, str], tuple[KernelRange, ...]] = dataclasses.field(hash=False)
     ep_version: str | None = None
+    # Answers of pure functions of this (immutable) table, by their callers' names.
+    _memos: dict[str, dict[Hashable, Any]] = dataclasses.field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
     @classmethod
     def from_rows(
@@ -153,10 +161,24 @@ class KernelTable:
 
     def match(self, domain: str, op: str, since_version: int) -> KernelRange | None:
         """The first kernel whose version range matches ``since_version`` (types ignored)."""
-        for r in self.registered(domain, op):
-            if r.matches(since_version):
-                return r
-        return None
+        matched: dict[Hashable, KernelRange | None] = self.memo("match")
+        key = (domain, op, since_version)
+        if key in matched:
+            return matched[key]
+        found = next((r for r in self.registered(domain, op) if r.matches(since_version)), None)
+        matched[key] = found
+        return found
+
+    def memo(self, name: str) -> dict[Hashable, Any]:
+        """A cache for answers that depend only on this table and the caller's key.
+
+        The table is immutable, so the cache lives as long as the table; each caller uses
+        its own ``name`` and keys entries by everything its answer reads besides the table.
+        """
+        found = self._memos.get(name)
+        if found is None:
+            found = self._memos[name] = {}
+        return found
 
     def supports(
         self,

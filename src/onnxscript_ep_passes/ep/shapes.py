@@ -14,6 +14,9 @@ those shapes; this module infers them without changing the model. Rules:
 3. What inference cannot tell stays unknown (the estimate then guesses, see
    :mod:`~onnxscript_ep_passes.ep.compute`). Nodes with graph attributes and ops without
    a schema are skipped. Inference is best effort: a failure is logged at DEBUG.
+4. A node's inference is cached by everything it reads (:mod:`~onnxscript_ep_passes.ep.memo`):
+   op, domain, opset, attribute values, and each input's type, shape and constant bytes.
+   Inferred shapes are frozen, and shared by the values inferred alike.
 """
 
 from __future__ import annotations
@@ -21,18 +24,23 @@ from __future__ import annotations
 __all__ = ["infer_missing_shapes", "small_constant"]
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 
 import onnx
+import onnx.defs
 import onnx.helper
 import onnx.shape_inference
 import onnx_ir as ir
 
 from onnxscript_ep_passes._onnx import get_schema
+from onnxscript_ep_passes.ep.memo import BoundedCache, attributes_key, shape_key
 
 logger = logging.getLogger(__name__)
 
 Inferred = tuple[ir.DataType | None, ir.Shape | None]
+# Per output: None (no tensor type inferred), else (element type or 0, shape or None).
+_Outputs = tuple[tuple[int, ir.Shape | None] | None, ...]
+_INFERRED: BoundedCache[Hashable, _Outputs] = BoundedCache()
 
 
 def _type_proto(dtype: ir.DataType, shape: ir.Shape | None) -> onnx.TypeProto:
@@ -88,22 +96,66 @@ def _infer_node(
     schema = get_schema(node.op_type, opset, domain)
     if schema is None:
         return
-    names: list[str] = []
-    types: dict[str, onnx.TypeProto] = {}
-    data: dict[str, onnx.TensorProto] = {}
-    for index, value in enumerate(node.inputs):
+    inputs: list[tuple[ir.DataType, ir.Shape | None, onnx.TensorProto | None] | None] = []
+    for value in node.inputs:
         if value is None:
-            names.append("")
+            inputs.append(None)
             continue
         dtype, shape = known.get(value, (value.dtype, value.shape))
         if dtype is None:
             return
+        const = small_constant(value, max_elements)
+        inputs.append((dtype, shape, None if const is None else ir.serde.serialize_tensor(const)))
+    attrs = attributes_key(node)
+    key = None
+    if attrs is not None:
+        key = (
+            node.op_type,
+            node.domain,
+            opset,
+            len(node.outputs),
+            attrs,
+            tuple(
+                None
+                if i is None
+                else (i[0], shape_key(i[1]), None if i[2] is None else i[2].SerializeToString())
+                for i in inputs
+            ),
+        )
+    outputs = None if key is None else _INFERRED.get(key)
+    if outputs is None:
+        outputs = _run_inference(node, schema, opset, inputs)
+        if key is not None:
+            _INFERRED.put(key, outputs)
+    for value, inferred in zip(node.outputs, outputs):
+        if inferred is None:
+            continue
+        elem_type, inferred_shape = inferred
+        dtype = ir.DataType(elem_type) if elem_type else value.dtype
+        shape = value.shape if value.shape is not None else inferred_shape
+        known[value] = (dtype, shape)
+
+
+def _run_inference(
+    node: ir.Node,
+    schema: onnx.defs.OpSchema,
+    opset: int,
+    inputs: list[tuple[ir.DataType, ir.Shape | None, onnx.TensorProto | None] | None],
+) -> _Outputs:
+    """ONNX's per-node inference of ``node`` with these input types, shapes and data."""
+    names: list[str] = []
+    types: dict[str, onnx.TypeProto] = {}
+    data: dict[str, onnx.TensorProto] = {}
+    for index, known_input in enumerate(inputs):
+        if known_input is None:
+            names.append("")
+            continue
+        dtype, shape, const = known_input
         name = f"in{index}"
         names.append(name)
         types[name] = _type_proto(dtype, shape)
-        const = small_constant(value, max_elements)
         if const is not None:
-            data[name] = ir.serde.serialize_tensor(const)
+            data[name] = const
     outputs = [f"out{i}" for i in range(len(node.outputs))]
     proto = onnx.helper.make_node(node.op_type, names, outputs, domain=node.domain)
     for attr in node.attributes.values():
@@ -119,22 +171,25 @@ def _infer_node(
         )
     except Exception as error:  # best effort (rule 3)
         logger.debug("no shape inference for %s (%s): %s", node.name, node.op_type, error)
-        return
-    for value, name in zip(node.outputs, outputs):
+        return tuple(None for _ in outputs)
+    found: list[tuple[int, ir.Shape | None] | None] = []
+    for name in outputs:
         inferred = result.get(name)
         if inferred is None or not inferred.HasField("tensor_type"):
+            found.append(None)
             continue
         tensor_type = inferred.tensor_type
-        dtype = ir.DataType(tensor_type.elem_type) if tensor_type.elem_type else value.dtype
-        shape = value.shape
-        if shape is None and tensor_type.HasField("shape"):
+        shape = None
+        if tensor_type.HasField("shape"):
             shape = ir.Shape(
                 [
                     d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
                     for d in tensor_type.shape.dim
-                ]
+                ],
+                frozen=True,
             )
-        known[value] = (dtype, shape)
+        found.append((tensor_type.elem_type, shape))
+    return tuple(found)
 
 
 def infer_missing_shapes(

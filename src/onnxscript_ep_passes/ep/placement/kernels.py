@@ -9,6 +9,9 @@ Rules:
   (:func:`infer_types`, best effort). They are bound to the schema's type parameters and
   formal parameter names (:func:`type_bindings`), the keys ORT's kernel defs use.
 - The :data:`~onnxscript_ep_passes.ep.placement.results.ReasonCode` says which check failed.
+- Both are cached by what they read (:mod:`~onnxscript_ep_passes.ep.memo`): a decision
+  per table and (domain, op, since_version, input and output types); an inference per
+  (op, domain, opset, input types, outputs present, attribute values).
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ __all__ = [
     "type_proto",
 ]
 
+import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import onnx
 import onnx.defs
@@ -31,20 +35,29 @@ import onnx.shape_inference
 import onnx_ir as ir
 
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
+from onnxscript_ep_passes.ep.memo import BoundedCache, attributes_key
 from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatValue
+from onnxscript_ep_passes.ep.placement.results import ReasonCode
 
 logger = logging.getLogger(__name__)
 
 
-def type_proto(type_str: str) -> onnx.TypeProto | None:
-    """The ``TypeProto`` of a tensor type string (``"tensor(float)"``), or None."""
+@functools.lru_cache(maxsize=256)
+def _elem_type(type_str: str) -> int | None:
     if not type_str.startswith("tensor(") or not type_str.endswith(")"):
         return None
-    name = type_str[len("tensor(") : -1].upper()
     try:
-        return onnx.helper.make_tensor_type_proto(int(ir.DataType[name]), None)
+        return int(ir.DataType[type_str[len("tensor(") : -1].upper()])
     except KeyError:
         return None
+
+
+def type_proto(type_str: str) -> onnx.TypeProto | None:
+    """The ``TypeProto`` of a tensor type string (``"tensor(float)"``), or None."""
+    elem_type = _elem_type(type_str)
+    if elem_type is None:
+        return None
+    return onnx.helper.make_tensor_type_proto(elem_type, None)
 
 
 def proto_type_string(tp: onnx.TypeProto) -> str | None:
@@ -52,6 +65,33 @@ def proto_type_string(tp: onnx.TypeProto) -> str | None:
     if tp.HasField("tensor_type") and tp.tensor_type.elem_type:
         return f"tensor({ir.DataType(tp.tensor_type.elem_type).name.lower()})"
     return None
+
+
+_Inferred = tuple[str | None, ...]
+_INFERRED: BoundedCache[Hashable, _Inferred] = BoundedCache()
+
+_Formal = tuple[str, str]  # (type parameter, formal name)
+_Decision = tuple[bool, str, ReasonCode]
+
+
+@functools.cache
+def _formals(
+    schema: onnx.defs.OpSchema,
+) -> tuple[tuple[_Formal, ...], bool, tuple[_Formal, ...], bool]:
+    """``schema``'s inputs and outputs as (type parameter, name), each with whether its
+    last formal is variadic (reading them from the schema each time is slow)."""
+
+    def read(formals: Sequence[onnx.defs.OpSchema.FormalParameter]) -> tuple[_Formal, ...]:
+        return tuple((f.type_str, f.name) for f in formals)
+
+    variadic = onnx.defs.OpSchema.FormalParameterOption.Variadic
+    inputs, outputs = schema.inputs, schema.outputs
+    return (
+        read(inputs),
+        bool(inputs) and inputs[-1].option == variadic,
+        read(outputs),
+        bool(outputs) and outputs[-1].option == variadic,
+    )
 
 
 def infer_types(flat: FlatNode, node: ir.Node, schema: onnx.defs.OpSchema, opset: int) -> None:
@@ -63,6 +103,26 @@ def infer_types(flat: FlatNode, node: ir.Node, schema: onnx.defs.OpSchema, opset
         for a in node.attributes.values()
     ):
         return
+    dtypes = tuple(None if val is None else val.dtype for val in flat.inputs)
+    if any(val is not None and _elem_type(val.dtype or "") is None for val in flat.inputs):
+        return  # an input type is unknown: nothing to infer from
+    present = tuple(o is not None for o in flat.outputs)
+    attrs = attributes_key(node)
+    key = None if attrs is None else (node.op_type, node.domain, opset, dtypes, present, attrs)
+    inferred = None if key is None else _INFERRED.get(key)
+    if inferred is None:
+        inferred = _infer_output_types(flat, node, schema, opset)
+        if key is not None:
+            _INFERRED.put(key, inferred)
+    for o, dtype in zip(flat.outputs, inferred):
+        if o is not None and o.dtype is None:
+            o.dtype = dtype
+
+
+def _infer_output_types(
+    flat: FlatNode, node: ir.Node, schema: onnx.defs.OpSchema, opset: int
+) -> _Inferred:
+    """ONNX's inferred type of each output of ``node`` (None where it tells none)."""
     input_types: dict[str, onnx.TypeProto] = {}
     names: list[str] = []
     for i, val in enumerate(flat.inputs):
@@ -72,10 +132,10 @@ def infer_types(flat: FlatNode, node: ir.Node, schema: onnx.defs.OpSchema, opset
         name = f"in{i}"
         names.append(name)
         tp = type_proto(val.dtype) if val.dtype else None
-        if tp is None:
-            return  # an input type is unknown: nothing to infer from
+        assert tp is not None  # checked by the caller
         input_types[name] = tp
     out_names = [f"out{i}" if o is not None else "" for i, o in enumerate(flat.outputs)]
+    unknown = tuple(None for _ in flat.outputs)
     try:
         proto = onnx.helper.make_node(node.op_type, names, out_names, domain=node.domain)
         for attr in node.attributes.values():
@@ -91,19 +151,22 @@ def infer_types(flat: FlatNode, node: ir.Node, schema: onnx.defs.OpSchema, opset
         )
     except Exception as e:  # inference is best effort
         logger.debug("type inference failed for %s (%s): %s", flat.name, flat.op_type, e)
-        return
-    for i, o in enumerate(flat.outputs):
-        if o is not None and o.dtype is None and out_names[i] in inferred:
-            o.dtype = proto_type_string(inferred[out_names[i]])
+        return unknown
+    return tuple(
+        proto_type_string(inferred[name]) if name and name in inferred else None
+        for name in out_names
+    )
 
 
 def type_bindings(flat: FlatNode, schema: onnx.defs.OpSchema | None) -> dict[str, str] | None:
+    """The node's known types bound to the schema's type parameters and formal names."""
     if schema is None:
         return None
     bindings: dict[str, str] = {}
+    in_formals, in_variadic, out_formals, out_variadic = _formals(schema)
 
     def bind(
-        formals: Sequence[onnx.defs.OpSchema.FormalParameter], vals: Sequence[FlatValue | None]
+        formals: tuple[_Formal, ...], variadic: bool, vals: Sequence[FlatValue | None]
     ) -> None:
         if not formals:
             return
@@ -111,31 +174,46 @@ def type_bindings(flat: FlatNode, schema: onnx.defs.OpSchema | None) -> dict[str
             if val is None or val.dtype is None:
                 continue
             if i < len(formals):
-                formal = formals[i]
-            elif formals[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
-                formal = formals[-1]
+                type_str, name = formals[i]
+            elif variadic:
+                type_str, name = formals[-1]
             else:
                 continue
-            bindings.setdefault(formal.type_str, val.dtype)
-            bindings.setdefault(formal.name, val.dtype)
+            bindings.setdefault(type_str, val.dtype)
+            bindings.setdefault(name, val.dtype)
 
-    bind(schema.inputs, flat.inputs)
-    bind(schema.outputs, flat.outputs)
+    bind(in_formals, in_variadic, flat.inputs)
+    bind(out_formals, out_variadic, flat.outputs)
     return bindings
 
 
 def decide_kernel(flat: FlatNode, schema: onnx.defs.OpSchema | None, table: KernelTable) -> None:
+    """Place ``flat`` on the EP when ``table`` has a kernel for it (module docstring)."""
+    assert flat.since_version is not None
+    key = (
+        flat.domain,
+        flat.op_type,
+        flat.since_version,
+        schema is not None,
+        tuple(None if v is None else v.dtype for v in flat.inputs),
+        tuple(None if v is None else v.dtype for v in flat.outputs),
+    )
+    decisions: dict[Hashable, _Decision] = table.memo("placement.decide_kernel")
+    decision = decisions.get(key)
+    if decision is None:
+        decision = decisions[key] = _decide(flat, schema, table)
+    flat.on_ep, flat.reason, flat.reason_code = decision
+
+
+def _decide(flat: FlatNode, schema: onnx.defs.OpSchema | None, table: KernelTable) -> _Decision:
     assert flat.since_version is not None
     kernel, reason = table.explain(
         flat.domain, flat.op_type, flat.since_version, type_bindings(flat, schema)
     )
-    flat.on_ep = kernel is not None
-    flat.reason = reason
     if kernel is not None:
-        flat.reason_code = "kernel"
-    elif not table.has_op(flat.domain, flat.op_type):
-        flat.reason_code = "no_kernel_op"
-    elif table.match(flat.domain, flat.op_type, flat.since_version) is None:
-        flat.reason_code = "no_kernel_version"
-    else:
-        flat.reason_code = "type"
+        return True, reason, "kernel"
+    if not table.has_op(flat.domain, flat.op_type):
+        return False, reason, "no_kernel_op"
+    if table.match(flat.domain, flat.op_type, flat.since_version) is None:
+        return False, reason, "no_kernel_version"
+    return False, reason, "type"

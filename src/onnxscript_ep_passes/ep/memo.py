@@ -1,0 +1,100 @@
+"""Caches for the pure functions placement and pricing call on every node, every call.
+
+The EP search predicts and prices the same model many times, edited a little in place
+between calls (lowered one opset, a node expanded and restored). Per-node work that
+depends only on a few values (an op's kernel decision, ONNX's per-node inference) is
+cached here. Rules:
+
+1. A cache is keyed by *everything* its function reads, as values (op, domain, opset,
+   types, shapes, attribute values, constant bytes), never by the identity of a mutable
+   object (a node, a value, a shape): an in-place edit changes the key, so a cached
+   result can never be stale, and equal keys met in other nodes or models share it.
+2. Caches are bounded (:class:`BoundedCache` empties itself when full), so a long
+   process does not grow without limit.
+3. A key that cannot be built exactly (:func:`attributes_key` on an attribute it cannot
+   spell) is ``None``: the caller computes without the cache.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BoundedCache", "attributes_key", "clear_caches", "shape_key"]
+
+from collections.abc import Hashable
+from typing import Any, Generic, TypeVar
+
+import onnx_ir as ir
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+_SCALARS = frozenset(
+    {ir.AttributeType.INT, ir.AttributeType.STRING, ir.AttributeType.INTS, ir.AttributeType.STRINGS}
+)
+
+
+_ALL: list[BoundedCache[Any, Any]] = []
+
+
+class BoundedCache(Generic[K, V]):
+    """A dict of at most ``limit`` entries; it empties itself when full (rule 2)."""
+
+    def __init__(self, limit: int = 1 << 16) -> None:
+        self.limit = limit
+        self.entries: dict[K, V] = {}
+        _ALL.append(self)
+
+    def get(self, key: K) -> V | None:
+        return self.entries.get(key)
+
+    def put(self, key: K, value: V) -> V:
+        if len(self.entries) >= self.limit:
+            self.entries.clear()
+        self.entries[key] = value
+        return value
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+def clear_caches() -> None:
+    """Empty every :class:`BoundedCache` (tests compare cached and fresh answers)."""
+    for cache in _ALL:
+        cache.entries.clear()
+
+
+def _attribute_key(attr: ir.Attr) -> Hashable | None:
+    kind = attr.type
+    if attr.is_ref():
+        return (attr.name, kind, "ref", attr.ref_attr_name)
+    if kind in _SCALARS:
+        return (attr.name, kind, attr.value)
+    if kind == ir.AttributeType.FLOAT:  # float.hex: -0.0 and 0.0 differ, NaN equals itself
+        return (attr.name, kind, float(attr.value).hex())
+    if kind == ir.AttributeType.FLOATS:
+        return (attr.name, kind, tuple(float(v).hex() for v in attr.value))
+    if kind in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+        return None
+    try:
+        return (attr.name, kind, ir.serde.serialize_attribute(attr).SerializeToString())
+    except Exception:  # an attribute serde cannot write: no key (rule 3)
+        return None
+
+
+def attributes_key(node: ir.Node) -> tuple[Hashable, ...] | None:
+    """The values of ``node``'s attributes as a hashable key, or None (rule 3)."""
+    keys = []
+    for attr in node.attributes.values():
+        if not isinstance(attr, ir.Attr):
+            return None
+        key = _attribute_key(attr)
+        if key is None:
+            return None
+        keys.append(key)
+    return tuple(keys)
+
+
+def shape_key(shape: ir.Shape | None) -> tuple[int | str | None, ...] | None:
+    """The dimensions of ``shape`` as values (ints, names, None for unknown)."""
+    if shape is None:
+        return None
+    return tuple(d if isinstance(d, int) else d.value for d in shape)
