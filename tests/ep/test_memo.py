@@ -24,7 +24,7 @@ from onnxscript_ep_passes.ep import KernelTable, predict_placement
 from onnxscript_ep_passes.ep.cost import PlacementCost, placement_cost
 from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.memo import BoundedCache, attributes_key, clear_caches
-from onnxscript_ep_passes.ep.placement import PlacementPrediction
+from onnxscript_ep_passes.ep.placement import NodePlacement, PlacementPrediction
 from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.lowering.expansion import expand_node
 from onnxscript_ep_passes.lowering.lower_opset import run_lowering
@@ -167,6 +167,33 @@ def test_constants_and_attributes_changed_in_place_change_the_answer() -> None:
     assert prediction.fallback_nodes[-1].op_type == "Relu"  # no double Relu kernel
 
 
+def _attention_25() -> ir.Model:
+    """Relu -> Attention-25 (no kernel on any EP, CPU included: ORT inlines its body)."""
+    shape = [1, 4, 8, 16]
+    graph = oh.make_graph(
+        [
+            oh.make_node("Relu", ["x"], ["q"], name="relu"),
+            oh.make_node("Attention", ["q", "k", "v"], ["y"], name="attn", is_causal=1),
+        ],
+        "g",
+        [oh.make_tensor_value_info(n, onnx.TensorProto.FLOAT, shape) for n in ("x", "k", "v")],
+        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, shape)],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 25)])
+    model.ir_version = 11
+    return ir.from_proto(model)
+
+
+def test_a_body_ort_inlines_follows_the_edits_of_its_node() -> None:
+    table = KernelTable.from_rows("TestEP", "0.0", "test", [("", "Relu", 14, None, None)])
+    model = _attention_25()
+    causal, _ = _check(model, table)
+    assert any(n.inlined_by_ort for n in causal.nodes)
+    _first(model, "Attention").attributes["is_causal"] = ir.AttrInt64("is_causal", 0)
+    plain, _ = _check(model, table)
+    assert len(plain.nodes) < len(causal.nodes)  # no causal mask in the body
+
+
 def test_layout_phase_cached_equals_fresh(webgpu_table: KernelTable) -> None:
     model = ir.from_proto(cnn_model(21))
     first = _check(model, webgpu_table)
@@ -183,6 +210,15 @@ def _remove_first_relu(model: ir.Model) -> None:
     relu = _first(model, "Relu")
     ir.convenience.replace_all_uses_with(relu.outputs[0], relu.inputs[0])
     model.graph.remove(relu, safe=True)
+
+
+def test_records_built_from_fields_equal_constructed_ones(decoder: ir.Model) -> None:
+    prediction = predict_placement(decoder, get_table("cuda", "1.24"))
+    names = [f.name for f in dataclasses.fields(NodePlacement)]
+    for record in prediction.nodes:
+        assert list(vars(record)) == names  # every field, nothing else
+        rebuilt = NodePlacement(**{name: getattr(record, name) for name in names})
+        assert rebuilt == record and hash(rebuilt) == hash(record) and repr(rebuilt) == repr(record)
 
 
 def test_attribute_keys_tell_values_apart() -> None:

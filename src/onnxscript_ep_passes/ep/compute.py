@@ -93,8 +93,12 @@ class ValueSizes:
     inferred: Mapping[ir.Value, tuple[ir.DataType | None, ir.Shape | None]] = dataclasses.field(
         default_factory=dict
     )
-    # Bytes of the values sized so far (each value is read by its producer and consumers).
-    _bytes: dict[ir.Value, int] = dataclasses.field(
+    # (elements, bytes) of the values sized so far (a value is read by its producer and
+    # each consumer), and elements of the shapes met so far, by their dimensions.
+    _sized: dict[ir.Value, tuple[int, int]] = dataclasses.field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
+    _shape_elements: dict[tuple[object, ...], int] = dataclasses.field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False
     )
 
@@ -112,21 +116,34 @@ class ValueSizes:
         """Elements of ``value`` (rule 1); 0 for a missing optional input."""
         if value is None:
             return 0
-        shape = self.shape(value)
-        if shape is None:
-            const = value.const_value
-            return int(const.size) if const is not None else UNKNOWN_ELEMENTS
-        return self.dims.elements(shape)
+        return self._size(value)[0]
 
     def bytes(self, value: ir.Value | None) -> int:
         """Bytes of ``value`` (rule 1)."""
         if value is None:
             return 0
-        known = self._bytes.get(value)
+        return self._size(value)[1]
+
+    def _size(self, value: ir.Value) -> tuple[int, int]:
+        known = self._sized.get(value)
         if known is None:
-            dtype = self.dtype(value)
+            shape, dtype = value.shape, value.dtype
+            if shape is None or dtype is None:  # :meth:`shape` and :meth:`dtype`, inlined
+                inferred = self.inferred.get(value)
+                if inferred is not None:
+                    dtype = inferred[0] if dtype is None else dtype
+                    shape = inferred[1] if shape is None else shape
+            if shape is None:
+                const = value.const_value
+                elements = int(const.size) if const is not None else UNKNOWN_ELEMENTS
+            else:
+                dims = shape.dims
+                counted = self._shape_elements.get(dims)
+                if counted is None:
+                    counted = self._shape_elements[dims] = self.dims.elements(dims)
+                elements = counted
             bits = dtype.bitwidth if dtype is not None else 32
-            known = self._bytes[value] = (self.elements(value) * bits + 7) // 8
+            known = self._sized[value] = (elements, (elements * bits + 7) // 8)
         return known
 
     def _sizes(self, value: ir.Value | None) -> list[int] | None:
@@ -137,7 +154,11 @@ class ValueSizes:
 
     def node_work(self, node: ir.Node) -> NodeWork:
         """Estimated FLOPs and bytes touched by ``node`` (rules 2-3)."""
-        touched = sum(self.bytes(v) for v in node.inputs) + sum(self.bytes(o) for o in node.outputs)
+        touched = 0
+        for values in (node.inputs, node.outputs):
+            for v in values:
+                if v is not None:
+                    touched += self._size(v)[1]
         return NodeWork(self._flops(node), float(touched))
 
     def _flops(self, node: ir.Node) -> float:

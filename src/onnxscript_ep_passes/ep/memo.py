@@ -83,7 +83,7 @@ def _attribute_key(attr: ir.Attr) -> Hashable | None:
 def attributes_key(node: ir.Node) -> tuple[Hashable, ...] | None:
     """The values of ``node``'s attributes as a hashable key, or None (rule 3)."""
     keys = []
-    for attr in node.attributes.values():
+    for attr in node.attributes.data.values():
         if not isinstance(attr, ir.Attr):
             return None
         key = _attribute_key(attr)

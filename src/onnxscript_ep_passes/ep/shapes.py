@@ -41,6 +41,9 @@ Inferred = tuple[ir.DataType | None, ir.Shape | None]
 # Per output: None (no tensor type inferred), else (element type or 0, shape or None).
 _Outputs = tuple[tuple[int, ir.Shape | None] | None, ...]
 _INFERRED: BoundedCache[Hashable, _Outputs] = BoundedCache()
+# An input: its type, shape and, for a small constant, its tensor.
+_Input = tuple[ir.DataType, ir.Shape | None, ir.TensorProtocol | None]
+_GRAPH_ATTRIBUTES = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
 
 
 def _type_proto(dtype: ir.DataType, shape: ir.Shape | None) -> onnx.TypeProto:
@@ -96,7 +99,7 @@ def _infer_node(
     schema = get_schema(node.op_type, opset, domain)
     if schema is None:
         return
-    inputs: list[tuple[ir.DataType, ir.Shape | None, onnx.TensorProto | None] | None] = []
+    inputs: list[_Input | None] = []
     for value in node.inputs:
         if value is None:
             inputs.append(None)
@@ -104,8 +107,7 @@ def _infer_node(
         dtype, shape = known.get(value, (value.dtype, value.shape))
         if dtype is None:
             return
-        const = small_constant(value, max_elements)
-        inputs.append((dtype, shape, None if const is None else ir.serde.serialize_tensor(const)))
+        inputs.append((dtype, shape, small_constant(value, max_elements)))
     attrs = attributes_key(node)
     key = None
     if attrs is not None:
@@ -116,10 +118,7 @@ def _infer_node(
             len(node.outputs),
             attrs,
             tuple(
-                None
-                if i is None
-                else (i[0], shape_key(i[1]), None if i[2] is None else i[2].SerializeToString())
-                for i in inputs
+                None if i is None else (i[0], shape_key(i[1]), _tensor_key(i[2])) for i in inputs
             ),
         )
     outputs = None if key is None else _INFERRED.get(key)
@@ -136,11 +135,17 @@ def _infer_node(
         known[value] = (dtype, shape)
 
 
+def _tensor_key(tensor: ir.TensorProtocol | None) -> Hashable:
+    """What ONNX reads of a constant input: its type, shape and bytes."""
+    if tensor is None:
+        return None
+    if tensor.dtype == ir.DataType.STRING:  # the bytes of strings do not tell their bounds
+        return ir.serde.serialize_tensor(tensor).SerializeToString()
+    return (tensor.dtype, tuple(tensor.shape), tensor.tobytes())
+
+
 def _run_inference(
-    node: ir.Node,
-    schema: onnx.defs.OpSchema,
-    opset: int,
-    inputs: list[tuple[ir.DataType, ir.Shape | None, onnx.TensorProto | None] | None],
+    node: ir.Node, schema: onnx.defs.OpSchema, opset: int, inputs: list[_Input | None]
 ) -> _Outputs:
     """ONNX's per-node inference of ``node`` with these input types, shapes and data."""
     names: list[str] = []
@@ -155,7 +160,7 @@ def _run_inference(
         names.append(name)
         types[name] = _type_proto(dtype, shape)
         if const is not None:
-            data[name] = const
+            data[name] = ir.serde.serialize_tensor(const)
     outputs = [f"out{i}" for i in range(len(node.outputs))]
     proto = onnx.helper.make_node(node.op_type, names, outputs, domain=node.domain)
     for attr in node.attributes.values():
@@ -201,13 +206,24 @@ def infer_missing_shapes(
     """
     known: dict[ir.Value, Inferred] = {}
     opsets = {("" if k == "ai.onnx" else k): v for k, v in model.opset_imports.items()}
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        if all(o.shape is not None and o.dtype is not None for o in node.outputs):
-            continue
-        if any(
-            a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
-            for a in node.attributes.values()
-        ):
-            continue
-        _infer_node(node, opsets, known, max_elements)
+    _infer_graph(model.graph, opsets, known, max_elements)
     return known
+
+
+def _infer_graph(
+    graph: ir.Graph, opsets: Mapping[str, int], known: dict[ir.Value, Inferred], max_elements: int
+) -> None:
+    """Rule 1 on ``graph``: its nodes in order, a node's subgraphs right after it."""
+    for node in graph:
+        graphs = [a for a in node.attributes.data.values() if a.type in _GRAPH_ATTRIBUTES]
+        if graphs:  # the node itself is skipped (rule 3)
+            for attr in graphs:
+                if isinstance(attr, ir.Attr) and attr.value is not None:
+                    subgraphs = attr.value if attr.type == ir.AttributeType.GRAPHS else [attr.value]
+                    for subgraph in subgraphs:
+                        _infer_graph(subgraph, opsets, known, max_elements)
+            continue
+        for out in node.outputs:
+            if out.shape is None or out.dtype is None:
+                _infer_node(node, opsets, known, max_elements)
+                break

@@ -15,16 +15,19 @@ Rules:
   opsets of the graph that holds them; their nodes keep the function and the inlined node
   they belong to.
 - Each node's kernel is decided as it is added (:mod:`.kernels`).
+- A schema body is built once per distinct (op, attributes, input types and shapes,
+  outputs present) and shared by the calls that meet it (it is never edited).
 """
 
 from __future__ import annotations
 
 __all__ = ["Flattener"]
 
+import collections
 import dataclasses
 import functools
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, MutableMapping, Sequence
 
 import onnx
 import onnx.defs
@@ -38,11 +41,15 @@ from onnxscript_ep_passes._onnx import (
 )
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.live_tables import live_table
+from onnxscript_ep_passes.ep.memo import BoundedCache, attributes_key, shape_key
 from onnxscript_ep_passes.ep.names import CPU_EP, normalize_domain
 from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatScope, FlatValue
 from onnxscript_ep_passes.ep.placement.kernels import decide_kernel, infer_types, type_proto
 
 logger = logging.getLogger(__name__)
+
+# Schema bodies ORT inlines, by what builds them (never edited: shared between calls).
+_BODIES: BoundedCache[Hashable, tuple[ir.Function | None]] = BoundedCache(limit=4096)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +68,32 @@ def _cpu_table() -> KernelTable | None:
     except Exception as error:  # no live listing: assume CPU runs everything
         logger.debug("no live CPU kernel table: %s", error)
         return None
+
+
+def _cached_schema_body(
+    node: ir.Node, schema: onnx.defs.OpSchema, dtypes: Sequence[str | None]
+) -> ir.Function | None:
+    """:func:`_schema_body`, cached by what the body's builder reads: the op, its
+    attributes, each input's type and shape, and which inputs and outputs the node has
+    (a value without a name is absent to it)."""
+    attrs = attributes_key(node)
+    if attrs is None:
+        return _schema_body(node, schema, dtypes)
+    key = (
+        node.op_type,
+        node.domain,
+        schema.since_version,
+        attrs,
+        tuple(
+            None if v is None else (bool(v.name), dtype, shape_key(v.shape))
+            for v, dtype in zip(node.inputs, dtypes)
+        ),
+        tuple(bool(out.name) for out in node.outputs),
+    )
+    cached = _BODIES.get(key)
+    if cached is None:
+        cached = _BODIES.put(key, (_schema_body(node, schema, dtypes),))
+    return cached[0]
 
 
 def _schema_body(
@@ -117,6 +150,8 @@ class Flattener:
         self.functions = model.functions
         self.scopes: list[FlatScope] = []
         self.order: list[FlatNode] = []  # every node, in graph order (for reporting)
+        # (op, domain, opset) -> what _op_facts says (pure in the table and ONNX's schemas)
+        self._facts: dict[tuple[str, str, int], tuple[onnx.defs.OpSchema | None, int, bool]] = {}
 
     # -- building --------------------------------------------------------------
 
@@ -125,13 +160,13 @@ class Flattener:
         graph: ir.Graph,
         opsets: Mapping[str, int],
         scope_name: str,
-        outer_env: Mapping[ir.Value, FlatValue] | None,
+        outer_env: MutableMapping[ir.Value, FlatValue] | None,
         origin: _Origin = _Origin(),
     ) -> FlatScope:
         scope = FlatScope(scope_name, opset=opsets.get("", 0))
         self.scopes.append(scope)
         env: dict[ir.Value, FlatValue] = {}
-        outer = dict(outer_env or {})
+        outer: MutableMapping[ir.Value, FlatValue] = outer_env if outer_env is not None else {}
         for v in graph.inputs:
             env[v] = scope.new_value(v.name or "", "input", type_string(v.type), ir_value=v)
         for name, v in graph.initializers.items():
@@ -152,7 +187,7 @@ class Flattener:
         v: ir.Value | None,
         scope: FlatScope,
         env: dict[ir.Value, FlatValue],
-        outer: dict[ir.Value, FlatValue],
+        outer: MutableMapping[ir.Value, FlatValue],
     ) -> FlatValue | None:
         if v is None:
             return None
@@ -175,56 +210,55 @@ class Flattener:
         opsets: Mapping[str, int],
         scope: FlatScope,
         env: dict[ir.Value, FlatValue],
-        outer: dict[ir.Value, FlatValue],
+        outer: MutableMapping[ir.Value, FlatValue],
         prefix: str,
         fn_scope: str,
         origin: _Origin,
     ) -> None:
+        scope_label = scope.name + fn_scope
+        model_node = origin.inlined_from
         for node in nodes:
+            op_type = node.op_type
             domain = normalize_domain(node.domain)
-            inputs = [self._lookup(v, scope, env, outer) for v in node.inputs]
-            fn = self.functions.get((node.domain, node.op_type, node.overload))
+            inputs: list[FlatValue | None] = []
+            for v in node.inputs:
+                val = env.get(v) if v is not None else None
+                inputs.append(val if val is not None else self._lookup(v, scope, env, outer))
+            fn = (
+                self.functions.get((node.domain, op_type, node.overload))
+                if self.functions
+                else None
+            )
             if fn is not None:
                 inner = dataclasses.replace(origin, function=fn)
                 self._inline(node, fn, inputs, scope, env, outer, fn_scope, opsets, inner)
                 continue
-            if domain == "" and node.op_type == "Constant":
-                for out in node.outputs:
-                    attr = node.attributes.get("value")
-                    size = None
-                    if isinstance(attr, ir.Attr) and attr.type == ir.AttributeType.TENSOR:
-                        size = _tensor_size(attr.value)  # as_tensor() is slow in a loop
-                    env[out] = scope.new_value(
-                        out.name or "", "initializer", type_string(out.type), size, out
-                    )
+            if domain == "" and op_type == "Constant":
+                self._constant(node, scope, env)
                 continue
             opset = opsets.get(domain, 1)
-            schema = get_schema(node.op_type, opset, domain)
-            since = schema.since_version if schema is not None else opset
-            if schema is None and domain == "":
-                # ORT's own ops in the ONNX domain (SimplifiedLayerNormalization, ...) are
-                # all registered at version 1, whatever the model's opset.
-                since = 1
-            body = self._body_ort_inlines(node, domain, schema, inputs)
+            schema, since, ort_may_inline = self._op_facts(op_type, domain, opset)
+            body = self._schema_body(node, schema, inputs) if ort_may_inline else None
             if body is not None:
-                inner = dataclasses.replace(origin, inlined_from=origin.inlined_from or node)
+                inner = dataclasses.replace(origin, inlined_from=model_node or node)
                 self._inline(node, body, inputs, scope, env, outer, fn_scope, opsets, inner)
                 continue
             flat = FlatNode(
                 name=prefix + (node.name or ""),
-                op_type=node.op_type,
+                op_type=op_type,
                 domain=domain,
                 since_version=since,
                 inputs=inputs,
                 outputs=[],
-                scope=scope.name + fn_scope,
-                node=origin.inlined_from or node,
+                scope=scope_label,
+                node=model_node or node,
                 function=origin.function,
-                inlined_by_ort=origin.inlined_from is not None,
+                inlined_by_ort=model_node is not None,
             )
             for i, val in enumerate(inputs):
                 if val is not None:
                     val.consumers.append((flat, i))
+            untyped = False
             for slot, out in enumerate(node.outputs):
                 if not out.name:
                     flat.outputs.append(None)
@@ -233,40 +267,79 @@ class Flattener:
                 val.producer, val.producer_slot = flat, slot
                 env[out] = val
                 flat.outputs.append(val)
-            if schema is not None:
+                untyped = untyped or val.dtype is None
+            if schema is not None and untyped:
                 infer_types(flat, node, schema, opset)
             decide_kernel(flat, schema, self.table)
             scope.nodes.append(flat)
             self.order.append(flat)
-            for attr in node.attributes.values():
-                if not isinstance(attr, ir.Attr) or attr.is_ref():
-                    continue
-                if attr.type == ir.AttributeType.GRAPH:
-                    self._subgraph(
-                        attr.as_graph(), opsets, scope, env, outer, flat, attr.name, origin
-                    )
-                elif attr.type == ir.AttributeType.GRAPHS:
-                    for k, g in enumerate(attr.as_graphs()):
-                        self._subgraph(
-                            g, opsets, scope, env, outer, flat, f"{attr.name}[{k}]", origin
-                        )
+            for attr in node.attributes.data.values():
+                if attr.type == ir.AttributeType.GRAPH or attr.type == ir.AttributeType.GRAPHS:
+                    self._subgraphs(attr, opsets, scope, env, outer, flat, origin)
 
-    def _body_ort_inlines(
+    def _constant(self, node: ir.Node, scope: FlatScope, env: dict[ir.Value, FlatValue]) -> None:
+        """A ``Constant``'s outputs become initializers (never placed)."""
+        for out in node.outputs:
+            attr = node.attributes.get("value")
+            size = None
+            if isinstance(attr, ir.Attr) and attr.type == ir.AttributeType.TENSOR:
+                size = _tensor_size(attr.value)  # as_tensor() is slow in a loop
+            env[out] = scope.new_value(
+                out.name or "", "initializer", type_string(out.type), size, out
+            )
+
+    def _op_facts(
+        self, op_type: str, domain: str, opset: int
+    ) -> tuple[onnx.defs.OpSchema | None, int, bool]:
+        """The op's schema at ``opset``, its since_version, and whether ORT may inline its
+        schema body: no EP, CPU included, has a kernel for it (then the body decides)."""
+        key = (op_type, domain, opset)
+        facts = self._facts.get(key)
+        if facts is None:
+            schema = get_schema(op_type, opset, domain)
+            since = schema.since_version if schema is not None else opset
+            if schema is None and domain == "":
+                # ORT's own ops in the ONNX domain (SimplifiedLayerNormalization, ...) are
+                # all registered at version 1, whatever the model's opset.
+                since = 1
+            may_inline = False
+            if domain == "" and schema is not None:
+                cpu = _cpu_table()
+                may_inline = (
+                    self.table.match(domain, op_type, schema.since_version) is None
+                    and cpu is not None
+                    and cpu.match(domain, op_type, schema.since_version) is None
+                )
+            facts = self._facts[key] = (schema, since, may_inline)
+        return facts
+
+    def _schema_body(
         self,
         node: ir.Node,
-        domain: str,
         schema: onnx.defs.OpSchema | None,
         inputs: Sequence[FlatValue | None],
     ) -> ir.Function | None:
-        """The schema's function body when ORT inlines it: no EP, CPU included, has a kernel."""
-        if domain != "" or schema is None:
-            return None
-        if self.table.match(domain, node.op_type, schema.since_version) is not None:
-            return None
-        cpu = _cpu_table()
-        if cpu is None or cpu.match(domain, node.op_type, schema.since_version) is not None:
-            return None
-        return _schema_body(node, schema, [None if v is None else v.dtype for v in inputs])
+        """The schema's function body ORT inlines for ``node`` (:meth:`_op_facts`)."""
+        assert schema is not None
+        return _cached_schema_body(node, schema, [None if v is None else v.dtype for v in inputs])
+
+    def _subgraphs(
+        self,
+        attr: ir.Attr,
+        opsets: Mapping[str, int],
+        scope: FlatScope,
+        env: dict[ir.Value, FlatValue],
+        outer: MutableMapping[ir.Value, FlatValue],
+        owner: FlatNode,
+        origin: _Origin,
+    ) -> None:
+        if not isinstance(attr, ir.Attr) or attr.is_ref():
+            return
+        if attr.type == ir.AttributeType.GRAPH:
+            self._subgraph(attr.as_graph(), opsets, scope, env, outer, owner, attr.name, origin)
+        else:
+            for k, g in enumerate(attr.as_graphs()):
+                self._subgraph(g, opsets, scope, env, outer, owner, f"{attr.name}[{k}]", origin)
 
     def _subgraph(
         self,
@@ -274,12 +347,12 @@ class Flattener:
         opsets: Mapping[str, int],
         scope: FlatScope,
         env: dict[ir.Value, FlatValue],
-        outer: dict[ir.Value, FlatValue],
+        outer: MutableMapping[ir.Value, FlatValue],
         owner: FlatNode,
         attr_name: str,
         origin: _Origin,
     ) -> None:
-        visible = {**outer, **env}
+        visible = collections.ChainMap(env, outer)  # a view: copies cost O(graph) each
         label = owner.name or owner.op_type
         base = scope.name.removeprefix("graph ").removeprefix("subgraph ").strip("'")
         path = (
@@ -296,7 +369,7 @@ class Flattener:
         inputs: Sequence[FlatValue | None],
         scope: FlatScope,
         env: dict[ir.Value, FlatValue],
-        outer: dict[ir.Value, FlatValue],
+        outer: MutableMapping[ir.Value, FlatValue],
         fn_scope: str,
         opsets: Mapping[str, int],
         origin: _Origin,
@@ -317,7 +390,7 @@ class Flattener:
             merged,
             scope,
             local,
-            {**outer, **env},
+            collections.ChainMap(env, outer),
             # ORT names an inlined node after its own function only, at any depth.
             prefix=f"_inlfunc_{fn.name}_",
             fn_scope=f"{fn_scope} / function '{fn_name}'",

@@ -28,7 +28,7 @@ from onnxscript_ep_passes.ep.placement.results import ReasonCode
 ValueKind = Literal["input", "initializer", "node", "outer"]
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class FlatValue:
     name: str
     kind: ValueKind
@@ -41,7 +41,7 @@ class FlatValue:
     ir_value: ir.Value | None = None  # the IR value whose data this is
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class FlatNode:
     name: str
     op_type: str
@@ -61,7 +61,7 @@ class FlatNode:
     inlined_by_ort: bool = False
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class FlatScope:
     name: str
     nodes: list[FlatNode] = dataclasses.field(default_factory=list)

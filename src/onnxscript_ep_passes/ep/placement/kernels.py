@@ -100,7 +100,7 @@ def infer_types(flat: FlatNode, node: ir.Node, schema: onnx.defs.OpSchema, opset
         return
     if any(
         a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
-        for a in node.attributes.values()
+        for a in node.attributes.data.values()
     ):
         return
     dtypes = tuple(None if val is None else val.dtype for val in flat.inputs)
@@ -195,8 +195,8 @@ def decide_kernel(flat: FlatNode, schema: onnx.defs.OpSchema | None, table: Kern
         flat.op_type,
         flat.since_version,
         schema is not None,
-        tuple(None if v is None else v.dtype for v in flat.inputs),
-        tuple(None if v is None else v.dtype for v in flat.outputs),
+        tuple([None if v is None else v.dtype for v in flat.inputs]),
+        tuple([None if v is None else v.dtype for v in flat.outputs]),
     )
     decisions: dict[Hashable, _Decision] = table.memo("placement.decide_kernel")
     decision = decisions.get(key)

@@ -70,21 +70,23 @@ def predict_placement(
             order.extend(apply_layout_transform(scope, table, traits))
         found.extend(transfers(scope, traits))
     records = tuple(
-        NodePlacement(
-            name=n.name,
-            op_type=n.op_type,
-            domain=n.domain,
-            since_version=n.since_version,
-            placement="ep" if n.on_ep else "cpu",
-            reason=n.reason,
-            is_shape_computation=n.shape_computation,
-            reason_code=n.reason_code,
-            scope=n.scope,
-            inserted_by_ort=n.inserted,
-            nhwc=n.nhwc,
-            node=n.node,
-            function=n.function,
-            inlined_by_ort=n.inlined_by_ort,
+        NodePlacement.from_fields(
+            {
+                "name": n.name,
+                "op_type": n.op_type,
+                "domain": n.domain,
+                "since_version": n.since_version,
+                "placement": "ep" if n.on_ep else "cpu",
+                "reason": n.reason,
+                "is_shape_computation": n.shape_computation,
+                "reason_code": n.reason_code,
+                "scope": n.scope,
+                "inserted_by_ort": n.inserted,
+                "nhwc": n.nhwc,
+                "node": n.node,
+                "function": n.function,
+                "inlined_by_ort": n.inlined_by_ort,
+            }
         )
         for n in order
     )
