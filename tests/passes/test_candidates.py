@@ -1,4 +1,5 @@
-"""The candidates of the EP search: a legalized candidate's model rebuilt on demand."""
+"""The candidates of the EP search: a legalized candidate's model rebuilt on demand, and
+each candidate equal to its evaluation from scratch."""
 
 from __future__ import annotations
 
@@ -8,11 +9,19 @@ import numpy as np
 import onnx
 import onnx.helper as oh
 import onnx_ir as ir
+import pytest
 
 from onnxscript_ep_passes.ep import KernelTable
+from onnxscript_ep_passes.ep.cost import placement_cost
+from onnxscript_ep_passes.ep.dims import DimSizes
+from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
+from onnxscript_ep_passes.ep.table_choice import get_table
+from onnxscript_ep_passes.lowering.lower_opset import run_lowering
 from onnxscript_ep_passes.passes.candidates import SearchSettings
+from onnxscript_ep_passes.passes.legalize import legalize
 from onnxscript_ep_passes.passes.lower_for_ep import _search
 from tests.harness import make_model, run_model
+from tests.torch_models import LLM_DIMS, llm_export
 
 FLOAT = onnx.TensorProto.FLOAT
 _OPS = (
@@ -59,3 +68,55 @@ def test_a_legalized_model_not_kept_is_rebuilt_the_same() -> None:
         assert how == "onnxruntime"
         np.testing.assert_allclose(actual[0], expected[0], rtol=1e-6, atol=1e-6)
     assert _ops(model) == {"Gelu": 1, "Neg": 1}  # the model searched is untouched
+
+
+def _records(prediction: PlacementPrediction) -> list[tuple[object, ...]]:
+    return [
+        (n.op_type, n.domain, n.since_version, n.placement, n.reason_code, n.inserted_by_ort)
+        for n in prediction.nodes
+    ]
+
+
+def _transfers(prediction: PlacementPrediction) -> list[tuple[str, str]]:
+    return sorted((t.direction, t.value) for t in prediction.transfers)
+
+
+@pytest.mark.parametrize(
+    ("kind", "ep", "ort_version", "floor"),
+    [("gemma3", "webgpu", None, 18), ("qwen3", "cuda", "1.24", 21)],
+)
+def test_each_candidate_equals_its_evaluation_from_scratch(
+    kind: str, ep: str, ort_version: str | None, floor: int
+) -> None:
+    """The search lowers one working copy step by step and legalizes it in place (then
+    puts it back): each candidate's prediction and cost must equal those of a fresh copy
+    of the model lowered to its opset (and legalized), evaluated alone."""
+    proto = llm_export(kind, 25, kv_cache=True)
+    table = get_table(ep, ort_version)
+    sizes = DimSizes.of(LLM_DIMS)
+    model = ir.from_proto(proto)
+    choice, _, search = _search(model, table, None, floor, True, SearchSettings(sizes))
+    saved = ir.to_proto(ir.from_proto(proto)).SerializeToString()
+    assert ir.to_proto(model).SerializeToString() == saved  # the search left it as it was
+    assert len(search.plain) >= 2
+    for opset, candidate in search.plain.items():
+        fresh = ir.from_proto(proto)
+        built: set[ir.Node] = set()
+        for step in range(25 - 1, opset - 1, -1):
+            built.update(run_lowering(fresh, step).built)
+        prediction = predict_placement(fresh, table)
+        assert _records(candidate.prediction) == _records(prediction), opset
+        assert _transfers(candidate.prediction) == _transfers(prediction), opset
+        assert candidate.rank.cost == placement_cost(prediction, fresh, sizes), opset
+        legalized = search.legalizations.get(opset)
+        if legalized is None:
+            continue
+        order = [n for n in ir.traversal.RecursiveGraphIterator(fresh.graph) if n in built]
+        result = legalize(fresh, table, built=order, dims=sizes)
+        assert _records(legalized.prediction) == _records(result.after), opset
+        assert _transfers(legalized.prediction) == _transfers(result.after), opset
+        assert legalized.rank.cost == result.after_cost, opset
+        assert [n.op_type for n in legalized.legalization.expanded] == [  # type: ignore[union-attr]
+            n.op_type for n in result.expanded
+        ]
+    assert choice.chosen_opset in search.plain

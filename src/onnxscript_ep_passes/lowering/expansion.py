@@ -26,6 +26,7 @@ import onnx_ir as ir
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.context import DowngradeContext, NodeRefusedError
 from onnxscript_ep_passes.lowering.function_body import expand_function_body
+from onnxscript_ep_passes.lowering.journal import discard
 from onnxscript_ep_passes.lowering.types import TypeOracle
 
 # Schema steps that add an optional input or an attribute whose default (used when the
@@ -149,9 +150,7 @@ def expand_node(
                 new = ctx.op("Identity", [new], opset=opset)
             replacements.append((old, new))
     except NodeRefusedError:
-        for built, _ in reversed(ctx.built):
-            if built.graph is not None:
-                built.graph.remove(built, safe=False)
+        discard([n for n, _ in ctx.built])
         raise
     for old, new in replacements:
         name = old.name

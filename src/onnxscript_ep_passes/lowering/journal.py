@@ -8,11 +8,21 @@ which leaves the model exactly as it was.
 
 from __future__ import annotations
 
-__all__ = ["Journal"]
+__all__ = ["Journal", "discard"]
 
 from collections.abc import Callable, Sequence
 
 import onnx_ir as ir
+
+
+def discard(nodes: Sequence[ir.Node]) -> None:
+    """Remove built ``nodes`` from their graphs, newest first, detached from their inputs
+    (a removed node left among a value's uses would be seen by later passes)."""
+    for node in reversed(nodes):
+        for index in range(len(node.inputs)):
+            node.replace_input_with(index, None)
+        if node.graph is not None:
+            node.graph.remove(node, safe=False)
 
 
 class Journal:
@@ -40,12 +50,7 @@ class Journal:
         return lambda: dict(node.attributes) != attributes or tuple(node.inputs) != inputs
 
     def built(self, nodes: Sequence[ir.Node]) -> None:
-        def remove() -> None:
-            for node in reversed(nodes):
-                if node.graph is not None:
-                    node.graph.remove(node, safe=False)
-
-        self.record(remove)
+        self.record(lambda: discard(nodes))
 
     def rollback(self) -> None:
         while self._undo:

@@ -61,7 +61,7 @@ from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.context import DowngradeContext, NodeNames, NodeRefusedError
 from onnxscript_ep_passes.lowering.expansion import function_body_version, meaning_changed
 from onnxscript_ep_passes.lowering.function_body import expand_function_body
-from onnxscript_ep_passes.lowering.journal import Journal
+from onnxscript_ep_passes.lowering.journal import Journal, discard
 from onnxscript_ep_passes.lowering.opset_imports import (
     default_opset,
     lowered_ir_version,
@@ -289,9 +289,7 @@ class _Lowering:
                 if problem is not None:
                     ctx.refuse(problem)
         except NodeRefusedError as error:
-            for built, _ in reversed(ctx.built):
-                if built.graph is not None:
-                    built.graph.remove(built, safe=False)
+            discard([n for n, _ in ctx.built])
             logger.debug("%s: %s '%s' kept: %s", scope, node.op_type, node.name, error.reason)
             return
         self.journal.built([n for n, _ in ctx.built])

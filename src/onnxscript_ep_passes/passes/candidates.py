@@ -6,7 +6,9 @@
   prediction, its rank under the one objective (:mod:`~onnxscript_ep_passes.ep.cost`),
   its relation to the model, and (when kept) its model.
 - :class:`CandidateSearch`: the candidates of one model on one kernel table, priced as
-  they are added (plain ones on the working copy, legalized ones on their variant).
+  they are added: plain ones on the working copy, legalized ones on the working copy
+  legalized in place and then put back (:mod:`~onnxscript_ep_passes._checkpoint`), so
+  the search holds one copy of the model whatever the number of candidates.
 - :func:`measure_candidates`: with ``measure``, the candidates worth running (the best
   few by estimate, one per distinct estimate, plus the source, the best plain and the
   best legalized) run in real sessions (:mod:`~onnxscript_ep_passes.ep.measure`); the
@@ -30,6 +32,7 @@ import logging
 
 import onnx_ir as ir
 
+from onnxscript_ep_passes._checkpoint import checkpoint
 from onnxscript_ep_passes._copies import Correspondence, copy_with_origins
 from onnxscript_ep_passes.ep.cost import CandidateRank, candidate_rank, placement_cost, undominated
 from onnxscript_ep_passes.ep.dims import DimSizes
@@ -56,7 +59,7 @@ class Candidate:
     rank: CandidateRank
     origin: Correspondence | None  # the candidate's copy -> the model; None: the model itself
     legalization: LegalizationResult | None = None
-    model: ir.Model | None = None  # kept for the best legalized candidate (all: keep_models)
+    model: ir.Model | None = None  # kept with keep_models (to measure); else rebuilt
 
     def model_node(self, node: ir.Node) -> ir.Node:
         """The model's node ``node`` (of this candidate's copy) stands for; a node built on
@@ -67,17 +70,13 @@ class Candidate:
 class CandidateSearch:
     """The candidates of one model on one kernel table (module docstring, rules 2-6)."""
 
-    def __init__(
-        self, table: KernelTable, wanted: int | None, sizes: DimSizes, keep_models: bool
-    ) -> None:
+    def __init__(self, table: KernelTable, sizes: DimSizes, keep_models: bool) -> None:
         self.table = table
-        self.wanted = wanted  # the only opset that may be chosen (target_opset), if any
         self.sizes = sizes
         self.keep_models = keep_models  # keep every candidate's model (to measure them)
         self.plain: dict[int, Candidate] = {}
         self.legalized: dict[int, Candidate] = {}  # those where legalization changed something
         self.legalizations: dict[int, Candidate] = {}  # every legalization tried
-        self.best_legalized: Candidate | None = None
         self.blocked: DowngradeError | None = None
 
     def add_plain(
@@ -98,54 +97,40 @@ class CandidateSearch:
 
     def add_legalized(
         self,
-        base: ir.Model,
+        work: ir.Model,
         plain: Candidate,
         built: set[ir.Node],
         replaced: int,
     ) -> None:
-        """Legalize a copy of ``base`` (the copy ``plain`` was predicted on)."""
-        variant, to_base = copy_with_origins(base)
-        into_variant = to_base.inverse()
-        ordered_built = [
-            n
-            for n in ir.traversal.RecursiveGraphIterator(variant.graph)
-            if to_base.nodes[n] in built
-        ]
-        result = legalize(
-            variant,
-            self.table,
-            built=ordered_built,
-            prediction=plain.prediction.translated(into_variant),
-            dims=self.sizes,
-        )
-        origin = to_base if plain.origin is None else to_base.then(plain.origin)
-        replaced += sum(1 for n in result.expanded if n in origin.nodes)
+        """Legalize ``work`` (the model ``plain`` was predicted on) in place, record the
+        candidate, and put ``work`` back as it was (:mod:`~onnxscript_ep_passes._checkpoint`)."""
+        mark = checkpoint(work)
+        try:
+            ordered = [n for n in ir.traversal.RecursiveGraphIterator(work.graph) if n in built]
+            result = legalize(
+                work, self.table, built=ordered, prediction=plain.prediction, dims=self.sizes
+            )
+            kept = copy_with_origins(work)[0] if self.keep_models and result.modified else None
+        finally:  # the caller's model (the source candidate) is left as it was, even on error
+            mark.restore()
+        origin = plain.origin
+        replaced += sum(1 for n in result.expanded if origin is None or n in origin.nodes)
         rank = candidate_rank(
             result.after_cost, opset=plain.opset, replaced=replaced, legalized=True
         )
         candidate = Candidate(plain.opset, True, result.after, rank, origin, result)
         self.legalizations[plain.opset] = candidate
-        if not result.modified:
-            return
-        self.legalized[plain.opset] = candidate
-        if self.keep_models:
-            candidate.model = variant
-        if self.wanted is not None and plain.opset != self.wanted:
-            return
-        if self.best_legalized is None or rank < self.best_legalized.rank:
-            if self.best_legalized is not None and not self.keep_models:
-                self.best_legalized.model = None
-            candidate.model = variant
-            self.best_legalized = candidate
+        if result.modified:
+            self.legalized[plain.opset] = candidate
+            candidate.model = kept
 
     def model_of(self, model: ir.Model, chosen: Candidate) -> ir.Model:
         """The model of the legalized candidate ``chosen`` (of the search over ``model``).
 
-        Only the best-ranked legalized model is kept while searching; the choice may be
-        another one when dominance (:func:`~onnxscript_ep_passes.ep.cost.undominated`)
-        rules the best-ranked out. Then this redoes, on a copy of ``model``, what the
-        search did for ``chosen.opset``: the same one-opset lowering steps, then
-        legalization.
+        The search legalizes its working copy in place and puts it back
+        (:meth:`add_legalized`), so no legalized model is kept unless ``keep_models``.
+        This redoes, on a copy of ``model``, what the search did for ``chosen.opset``: the
+        same one-opset lowering steps, then legalization.
         """
         assert chosen.legalized
         if chosen.model is not None:

@@ -19,11 +19,10 @@ rewrites such nodes, at the model's opset, when that moves work onto the EP. Rul
    model gets strictly cheaper under the EP cost objective
    (:func:`~onnxscript_ep_passes.ep.cost.placement_cost`). The fallback nodes of one op
    type are tried together first; when that does not pay, up to ``_MAX_SINGLE_TRIES`` of
-   them one by one. Trials run on a copy of the model (sharing the weights); kept
-   expansions are then made on the model, and the trial's prediction is carried over to
-   it by structure (:func:`~onnxscript_ep_passes._copies.align`). Kept expansions may
-   expose new candidates (a body node that is a function op): the search repeats until
-   nothing more is kept.
+   them one by one. A trial is made on the model itself and undone when it does not pay
+   (:mod:`~onnxscript_ep_passes._checkpoint`: no copy of the model is made). Kept
+   expansions may expose new candidates (a body node that is a function op): the search
+   repeats until nothing more is kept.
 5. **Bool widening** (decision ``ep_equivalent``): a candidate without a function body
    that only moves bool data (``Pad``, ``Shape``, ``Slice`` ... of a mask) and that the EP
    runs in another type is run in that type between exact Casts
@@ -59,7 +58,7 @@ from typing import Literal
 
 import onnx_ir as ir
 
-from onnxscript_ep_passes._copies import align, copy_with_origins
+from onnxscript_ep_passes._checkpoint import checkpoint
 from onnxscript_ep_passes.ep.cost import PlacementCost, placement_cost
 from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
@@ -300,21 +299,21 @@ class _Search:
     def _try(
         self, nodes: list[ir.Node], current: PlacementPrediction
     ) -> tuple[list[ir.Node], PlacementPrediction, str]:
-        """Expand ``nodes`` on a copy; make the same expansions on the model when it pays."""
-        trial, origin = copy_with_origins(self.model)
-        into_trial = origin.inverse().nodes
-        failed = _expand_and_fold([into_trial[n] for n in nodes], trial, self.opset, self.table)
+        """Expand ``nodes`` in place; put the model back unless it pays."""
+        mark = checkpoint(self.model)
+        failed = _expand_and_fold(nodes, self.model, self.opset, self.table)
         if len(failed) == len(nodes):
+            mark.restore()
             return [], current, f"cannot be expanded: {next(iter(failed.values()))}"
-        done = [n for n in nodes if into_trial[n] not in failed]
-        prediction = predict_placement(trial, self.table)
+        done = [n for n in nodes if n not in failed]
+        prediction = predict_placement(self.model, self.table)
         old = self.cost(current)
-        new = placement_cost(prediction, trial, self.sizes)
+        new = placement_cost(prediction, self.model, self.sizes)
         if not new.improves_on(old):
+            mark.restore()
             return [], current, f"expanding it would not help: predicted {new} instead of {old}"
-        again = _expand_and_fold(done, self.model, self.opset, self.table)
-        assert not again, again
-        return done, prediction.translated(align(trial, self.model)), ""
+        self.priced = (prediction, new)
+        return done, prediction, ""
 
 
 def legalize(

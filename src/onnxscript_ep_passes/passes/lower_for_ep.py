@@ -218,7 +218,7 @@ def _search(
         legalize, measure_top, distinct = False, 100, False
     wanted = None if target_opset is None else min(target_opset, source)
     keep = settings.keep_models or settings.measure
-    search = CandidateSearch(table, wanted, settings.sizes, keep)
+    search = CandidateSearch(table, settings.sizes, keep)
     source_plain = search.add_plain(source, predict_placement(model, table), None, 0, model)
     if legalize:
         search.add_legalized(model, source_plain, set(), 0)

@@ -1,0 +1,226 @@
+"""Checkpoints of an IR model: edit it in place, then put it back as it was.
+
+The EP search tries rewrites (a legalized variant of each candidate opset, each
+legalization trial) and keeps few of them. Making each on a copy of the model costs a
+clone of every node and value (seconds, and memory, at 100k nodes); a checkpoint records
+only what the rewrites change and undoes them. Rules:
+
+1. :func:`checkpoint` records the main graph and every subgraph (If/Loop/Scan bodies, any
+   depth): the nodes in order, each node's inputs, each output value's name, type, shape
+   and constant; the graph's inputs, outputs and initializers; and the
+   counters the graph names new values and nodes with (so names given after a restore
+   are those given without the detour).
+2. :meth:`Checkpoint.restore` puts all of that back: nodes built since are detached from
+   their inputs and removed, nodes removed since are put back in place, inputs,
+   attributes and value properties are reset. Saved to ONNX, the model is then the same
+   as at the checkpoint, byte for byte. The order of a value's uses may differ (it is not
+   part of the model).
+3. Model-local functions, opset imports, metadata and the attributes of the nodes there
+   are not recorded: the rewrites undone here (expansions, static shape folding, bool
+   widening) leave them alone (tests/test_checkpoint.py saves real ones and compares).
+   :meth:`Checkpoint.restore` raises when it finds them changed, rather than restore half
+   a model.
+4. A checkpoint is restored at most once, and checkpoints nest (restore the inner one
+   first).
+"""
+
+from __future__ import annotations
+
+__all__ = ["Checkpoint", "checkpoint"]
+
+import dataclasses
+import gc
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import onnx_ir as ir
+
+logger = logging.getLogger(__name__)
+
+
+_ValueState = tuple[ir.Value, str | None, Any, Any, Any]  # value, name, type, shape, const
+
+
+def _value_state(v: ir.Value) -> _ValueState:
+    return (v, v.name, v.type, v.shape, v.const_value)
+
+
+def _changed(state: _ValueState) -> bool:
+    v, name, type_, shape, const = state
+    return (
+        v.name != name or v.type is not type_ or v.shape is not shape or v.const_value is not const
+    )
+
+
+def _put_back(state: _ValueState) -> None:
+    value = state[0]
+    value.name, value.type, value.shape, value.const_value = state[1:]
+
+
+# node, inputs, output states (plain tuples: a checkpoint of 100k nodes takes ~0.1 s)
+_NodeState = tuple[ir.Node, Sequence[ir.Value | None], tuple[_ValueState, ...]]
+
+
+def _node_state(node: ir.Node) -> _NodeState:
+    return (node, node.inputs, tuple([_value_state(v) for v in node.outputs]))
+
+
+@dataclasses.dataclass(frozen=True)
+class _GraphState:
+    graph: ir.Graph
+    nodes: tuple[_NodeState, ...]
+    inputs: tuple[_ValueState, ...]
+    outputs: tuple[ir.Value, ...]
+    initializers: tuple[tuple[str, _ValueState], ...]
+    names: _Names | None
+
+    @classmethod
+    def of(cls, graph: ir.Graph) -> _GraphState:
+        return cls(
+            graph,
+            tuple([_node_state(n) for n in graph]),
+            tuple([_value_state(v) for v in graph.inputs]),
+            tuple(graph.outputs),
+            tuple([(k, _value_state(v)) for k, v in graph.initializers.items()]),
+            _Names.of(graph),
+        )
+
+    def restore(self) -> None:
+        graph = self.graph
+        kept = {s[0] for s in self.nodes}
+        new = [n for n in graph if n not in kept]
+        for node in new:  # detach what was built since, so it uses nothing of the model
+            for index in range(len(node.inputs)):
+                node.replace_input_with(index, None)
+        if new:
+            graph.remove(new, safe=False)
+        # Value names first: a node put back with an unnamed output would be given a new name.
+        for _, _, outputs in self.nodes:
+            for output in outputs:
+                if _changed(output):
+                    _put_back(output)
+        for graph_input in self.inputs:
+            if _changed(graph_input):
+                _put_back(graph_input)
+        self._put_back_nodes()
+        for node, inputs, outputs in self.nodes:
+            if len(node.outputs) != len(outputs):
+                raise RuntimeError(f"node '{node.name}' changed its outputs: cannot restore")
+            if node.inputs != inputs:
+                if len(node.inputs) != len(inputs):
+                    node.resize_inputs(len(inputs))
+                for index, source in enumerate(inputs):
+                    if node.inputs[index] is not source:
+                        node.replace_input_with(index, source)
+        if tuple(graph.outputs) != self.outputs:
+            graph.outputs.clear()
+            graph.outputs.extend(self.outputs)
+        current = tuple(graph.initializers.items())
+        if len(current) != len(self.initializers) or any(
+            k != k2 or v is not s[0] for (k, v), (k2, s) in zip(current, self.initializers)
+        ):
+            graph.initializers.clear()
+            for _, initializer in self.initializers:
+                _put_back(initializer)
+                graph.initializers.add(initializer[0])
+        if self.names is not None:
+            self.names.put_back(graph)
+
+    def _put_back_nodes(self) -> None:
+        graph = self.graph
+        order = [s[0] for s in self.nodes]
+        if len(graph) == len(order) and all(a is b for a, b in zip(graph, order)):
+            return
+        previous: ir.Node | None = None
+        for node in order:
+            if node.graph is not graph:
+                if previous is None:
+                    first = next(iter(graph), None)
+                    if first is None:
+                        graph.append(node)
+                    else:
+                        graph.insert_before(first, node)
+                else:
+                    graph.insert_after(previous, node)
+            previous = node
+        if not all(a is b for a, b in zip(graph, order)) or len(graph) != len(order):
+            # Nodes were reordered, not only added and removed: rebuild the order.
+            graph.remove(list(graph), safe=False)
+            graph.extend(order)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Names:
+    """The state of the name authority a graph names new values and nodes with (rule 1).
+
+    onnx-ir keeps it private: when it is not there as expected, nothing is recorded and
+    names given after a restore may differ (the model does not)."""
+
+    value_counter: int
+    node_counter: int
+    value_names: frozenset[str]
+    node_names: frozenset[str]
+
+    @classmethod
+    def of(cls, graph: ir.Graph) -> _Names | None:
+        authority = getattr(graph, "_name_authority", None)
+        fields = [
+            getattr(authority, f, None)
+            for f in ("_value_counter", "_node_counter", "_value_names", "_node_names")
+        ]
+        if not (isinstance(fields[0], int) and isinstance(fields[1], int)):
+            return None
+        if not (isinstance(fields[2], set) and isinstance(fields[3], set)):
+            return None
+        return cls(fields[0], fields[1], frozenset(fields[2]), frozenset(fields[3]))
+
+    def put_back(self, graph: ir.Graph) -> None:
+        authority = graph._name_authority
+        authority._value_counter = self.value_counter
+        authority._node_counter = self.node_counter
+        authority._value_names = set(self.value_names)
+        authority._node_names = set(self.node_names)
+
+
+def _graphs(model: ir.Model) -> list[ir.Graph]:
+    return [model.graph, *model.graph.subgraphs()]
+
+
+class Checkpoint:
+    """What :func:`checkpoint` recorded of a model (module docstring)."""
+
+    def __init__(self, model: ir.Model) -> None:
+        self.model = model
+        collecting = gc.isenabled()
+        gc.disable()  # the many small tuples would trigger collections of the whole heap
+        try:
+            self._graphs = [_GraphState.of(g) for g in _graphs(model)]
+        finally:
+            if collecting:
+                gc.enable()
+        self._functions = dict(model.functions)
+        self._function_sizes = {k: len(f) for k, f in model.functions.items()}
+        self._opsets = dict(model.opset_imports)
+        self._restored = False
+
+    def restore(self) -> None:
+        """Put the model back as it was at the checkpoint (module docstring, rule 2)."""
+        if self._restored:
+            raise RuntimeError("a checkpoint is restored at most once")
+        self._restored = True
+        model = self.model
+        if (
+            dict(model.functions) != self._functions
+            or {k: len(f) for k, f in model.functions.items()} != self._function_sizes
+            or dict(model.opset_imports) != self._opsets
+        ):
+            raise RuntimeError("the model's functions or opset imports changed: cannot restore")
+        # Inner graphs first: a subgraph built since the checkpoint goes with its node.
+        for state in reversed(self._graphs):
+            state.restore()
+
+
+def checkpoint(model: ir.Model) -> Checkpoint:
+    """Record ``model`` so that :meth:`Checkpoint.restore` can put it back (module docstring)."""
+    return Checkpoint(model)
