@@ -10,6 +10,10 @@ Rules:
   the ONNX function-inlining rules say.
 * The body's nodes are built through the context (:meth:`DowngradeContext.insert`), where
   the node stands, read at the body's opset; a body node holding a subgraph is refused.
+* :func:`expand_function_body` reads the body into a template (:mod:`.body_template`)
+  once per signature (:mod:`.body_cache`); a node with a signature seen before gets a
+  copy of that template, with the output types the first copy was inferred to have:
+  exactly the nodes the first path builds.
 
 This module needs the context only by its methods (its type is imported for checking
 alone), so the context can offer :meth:`DowngradeContext.expand_function` without an
@@ -25,13 +29,20 @@ __all__ = [
     "function_body",
 ]
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import onnx
 import onnx_ir as ir
 
 from onnxscript_ep_passes._onnx import built_outputs, schema_function_body
-from onnxscript_ep_passes.lowering import schemas
+from onnxscript_ep_passes.lowering import body_cache, schemas
+from onnxscript_ep_passes.lowering.body_template import (
+    BodyTemplate,
+    bind_references,
+    body_opset,
+)
+from onnxscript_ep_passes.lowering.types import value_type_proto
 
 if TYPE_CHECKING:
     from onnxscript_ep_passes.lowering.context import DowngradeContext
@@ -53,16 +64,12 @@ def function_body(ctx: DowngradeContext, body_version: int | None = None) -> onn
         if value is None:
             input_types.append(None)
             continue
-        type_ = ctx.type_of(value)
-        if type_ is None:
+        proto = value_type_proto(value, ctx.type_of)
+        if proto is None:
             ctx.refuse(
                 f"cannot expand {node.op_type}: the type of input {index} "
                 f"'{value.name}' is unknown, and its function body may depend on it"
             )
-        proto = onnx.TypeProto()
-        ir.serde.serialize_type_into(proto, type_)
-        if value.shape is not None and proto.HasField("tensor_type"):
-            ir.serde.serialize_shape_into(proto, value.shape)
         input_types.append(proto)
     function = schema_function_body(schema, version, node, input_types)
     if function is None:
@@ -74,8 +81,15 @@ def function_body(ctx: DowngradeContext, body_version: int | None = None) -> onn
 
 
 def _prune_unbuilt_outputs(ctx: DowngradeContext, function: onnx.FunctionProto) -> None:
-    """Blank the outputs the body declares but does not build; each used one must be built."""
+    """Drop the trailing outputs the body declares but does not build (see _check_outputs_built)."""
     names = built_outputs(function)
+    _check_outputs_built(ctx, names)
+    del function.output[:]
+    function.output.extend(names)
+
+
+def _check_outputs_built(ctx: DowngradeContext, names: Sequence[str]) -> None:
+    """Each output the node uses must be built by the body, and none skipped in the middle."""
     for index, value in enumerate(ctx.node.outputs):
         built = index < len(names) and names[index]
         if not built and (value.uses() or value.is_graph_output()):
@@ -84,8 +98,6 @@ def _prune_unbuilt_outputs(ctx: DowngradeContext, function: onnx.FunctionProto) 
             )
     if any(not name for name in names):
         ctx.refuse(f"ONNX's function body of {ctx.node.op_type} skips an output in the middle")
-    del function.output[:]
-    function.output.extend(names)
 
 
 def bound_attributes(node: ir.Node, version: int) -> dict[str, ir.Attr]:
@@ -113,18 +125,7 @@ def copy_body_node(
     copy's outputs too; attribute references are bound to ``attributes`` (unbound ones
     dropped). A node holding a subgraph is refused.
     """
-    attrs: list[ir.Attr] = []
-    for attr in inner.attributes.values():
-        if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
-            ctx.refuse(
-                f"the function body of {ctx.node.op_type} holds a subgraph ({inner.op_type})"
-            )
-        if attr.is_ref():
-            actual = attributes.get(attr.ref_attr_name or "")
-            if actual is not None:
-                attrs.append(ir.Attr(attr.name, actual.type, actual.value))
-        else:
-            attrs.append(attr)
+    attrs = bind_references(ctx, inner, attributes)
     new = ir.Node(
         inner.domain,
         inner.op_type,
@@ -144,20 +145,20 @@ def expand_function_body(
 ) -> list[ir.Value | None]:
     """Insert the node's function body before it; return the values for its outputs.
 
-    ``body_version``: as for :func:`function_body`.
+    ``body_version``: as for :func:`function_body`. A node whose signature was expanded
+    before gets a copy of that body's template (:mod:`.body_cache`): the same nodes,
+    attributes and types, without asking ONNX for the body or inferring types again.
     """
-    node = ctx.node
+    key = body_cache.expansion_key(ctx, body_version)
+    template = body_cache.lookup(key)
+    if template is not None:
+        _check_outputs_built(ctx, template.built_outputs)
+        return template.insert(ctx)[1]
     proto = function_body(ctx, body_version)
-    body_opset = next(
-        (o.version for o in proto.opset_import if schemas.is_default_domain(o.domain)),
-        ctx.version if body_version is None else body_version,
-    )
-    function = ir.serde.deserialize_function(proto)
-    attributes = bound_attributes(node, ctx.version)
-    mapping: dict[ir.Value, ir.Value | None] = {}
-    for index, formal in enumerate(function.inputs):
-        mapping[formal] = node.inputs[index] if index < len(node.inputs) else None
-
-    for inner in function:
-        copy_body_node(ctx, inner, mapping, attributes, body_opset)
-    return [mapping.get(out) for out in function.outputs[: len(node.outputs)]]
+    opset = body_opset(proto, ctx.version if body_version is None else body_version)
+    attributes = bound_attributes(ctx.node, ctx.version)
+    template = BodyTemplate.from_proto(ctx, proto, opset, attributes)
+    built, values = template.insert(ctx)
+    template.record_types(built)
+    body_cache.store(key, template)
+    return values

@@ -25,7 +25,13 @@ Rules:
 
 from __future__ import annotations
 
-__all__ = ["TypeOracle", "infer_node_output_types"]
+__all__ = [
+    "TypeOracle",
+    "infer_node_output_types",
+    "known_type",
+    "small_constant_proto",
+    "value_type_proto",
+]
 
 import logging
 import math
@@ -45,11 +51,13 @@ _SMALL_CONSTANT = 1024  # elements; constants this small feed inference's data p
 _DATA_PROP_LIMIT = 1 << 24  # largest dimension product / constant that data propagation sees
 
 
-def _known(type_: ir.TypeProtocol | None) -> bool:
+def known_type(type_: ir.TypeProtocol | None) -> bool:
+    """Whether ``type_`` is a type the rules can read (not None, no unknown element type)."""
     return schemas.type_string(type_) is not None
 
 
-def _const_proto(value: ir.Value) -> onnx.TensorProto | None:
+def small_constant_proto(value: ir.Value) -> onnx.TensorProto | None:
+    """The constant ``value`` holds, as inference's data propagation sees it (small ones only)."""
     tensor = value.const_value
     if tensor is None or tensor.size > _SMALL_CONSTANT:
         return None
@@ -59,10 +67,14 @@ def _const_proto(value: ir.Value) -> onnx.TensorProto | None:
         return None
 
 
-def _type_proto(
+def value_type_proto(
     value: ir.Value, type_of: Callable[[ir.Value], ir.TypeProtocol | None]
 ) -> onnx.TypeProto | None:
-    type_ = value.type if _known(value.type) else type_of(value)
+    """The type and shape of ``value`` as ONNX's inference reads them (None: type unknown).
+
+    The declared type, else ``type_of``'s; the declared shape when the type is a tensor.
+    """
+    type_ = value.type if known_type(value.type) else type_of(value)
     if type_ is None:
         return None
     proto = onnx.TypeProto()
@@ -81,7 +93,7 @@ def infer_node_output_types(
 
     ``type_of`` gives the types of inputs that declare none (e.g. a TypeOracle's).
     """
-    if all(_known(out.type) for out in node.outputs):
+    if all(known_type(out.type) for out in node.outputs):
         return
     schema = schemas.get_schema(node.op_type, opset, node.domain)
     if schema is None:
@@ -92,10 +104,10 @@ def infer_node_output_types(
     for value, name in zip(node.inputs, node_proto.input):
         if value is None or not name:
             continue
-        type_proto = _type_proto(value, type_of)
+        type_proto = value_type_proto(value, type_of)
         if type_proto is not None:
             input_types[name] = type_proto
-        data = _const_proto(value)
+        data = small_constant_proto(value)
         if data is not None:
             input_data[name] = data
     try:
@@ -111,7 +123,7 @@ def infer_node_output_types(
         return
     for value, name in zip(node.outputs, node_proto.output):
         proto = inferred.get(name)
-        if proto is None or _known(value.type):
+        if proto is None or known_type(value.type):
             continue
         value.type = ir.serde.deserialize_type_proto_for_type(proto)
         if value.shape is None:
@@ -138,7 +150,7 @@ class TypeOracle:
         functions: dict[ir.OperatorIdentifier, ir.Function] = {}
         whole_model = False
         for value in values:
-            if _known(value.type) and value.shape is not None:
+            if known_type(value.type) and value.shape is not None:
                 continue
             producer = value.producer()
             function = self._owning_function(producer.graph if producer else value.graph)
@@ -153,7 +165,7 @@ class TypeOracle:
         self._frozen = True
 
     def type_of(self, value: ir.Value) -> ir.TypeProtocol | None:
-        if _known(value.type):
+        if known_type(value.type):
             return value.type
         producer = value.producer()
         graph = producer.graph if producer is not None else value.graph
@@ -165,7 +177,7 @@ class TypeOracle:
         if name not in self._graph_types:
             proto = self._inferred().get(name)
             type_ = None if proto is None else ir.serde.deserialize_type_proto_for_type(proto)
-            self._graph_types[name] = type_ if _known(type_) else None
+            self._graph_types[name] = type_ if known_type(type_) else None
         return self._graph_types[name]
 
     def shape_of(self, value: ir.Value) -> ir.Shape | None:
@@ -257,7 +269,7 @@ class TypeOracle:
                     continue
                 seen.add(value.name)
                 type_proto = known.get(value.name)
-                if type_proto is None and _known(value.type):
+                if type_proto is None and known_type(value.type):
                     type_proto = onnx.TypeProto()
                     ir.serde.serialize_type_into(type_proto, value.type)  # type: ignore[arg-type]
                 if type_proto is not None:
@@ -359,7 +371,7 @@ def _types_by_name(graph: onnx.GraphProto) -> dict[str, ir.TypeProtocol]:
         if info.type.WhichOneof("value") is None:
             continue
         type_ = ir.serde.deserialize_type_proto_for_type(info.type)
-        if type_ is not None and _known(type_):
+        if type_ is not None and known_type(type_):
             types[info.name] = type_
     return types
 
@@ -389,7 +401,7 @@ def _weight_free_graph(graph: ir.Graph, extra_inputs: list[onnx.ValueInfoProto])
     proto.input.extend(extra_inputs)
     inputs = set(graph.inputs)
     for value in graph.initializers.values():
-        data = _const_proto(value)
+        data = small_constant_proto(value)
         if data is not None:
             proto.initializer.append(data)
         elif value not in inputs:

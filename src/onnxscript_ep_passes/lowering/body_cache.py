@@ -1,0 +1,118 @@
+"""Which function-body expansions share a template, and the cache that holds the templates.
+
+Rules:
+
+* An expansion's key holds everything its body (ONNX's function builder) and the
+  per-node type inference of the body's copy read, and nothing that identifies the node
+  or the model: the op, its domain, the schema version and the body version asked for;
+  the node's attributes, serialized, in order; per input: absent, or whether it is named,
+  the first input with the same value name (inference reads types by name), its type and
+  shape as serialized for ONNX (declared, else the type oracle's), and whether it holds a
+  constant small enough for inference's data propagation; per output, whether it is
+  named (a context-dependent body builds only the named ones). The constant's value is
+  not in the key (norm weights differ in every layer): the body nodes reading it are
+  inferred again on every copy (:meth:`.BodyTemplate.insert`).
+* No key, so no caching, for a node holding a subgraph or an input of unknown type (the
+  expansion is then refused anyway).
+* The cache is process-wide and holds at most ``MAX_ENTRIES`` templates, the least
+  recently used dropped first. A template is stored only once it is typed
+  (:meth:`.BodyTemplate.record_types`). :func:`clear` empties the cache and
+  :func:`disabled` turns it off within a ``with`` block (tests compare the two paths).
+"""
+
+from __future__ import annotations
+
+__all__ = ["MAX_ENTRIES", "BodyKey", "clear", "disabled", "expansion_key", "lookup", "store"]
+
+import collections
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import onnx_ir as ir
+
+from onnxscript_ep_passes.lowering.body_template import BodyTemplate
+from onnxscript_ep_passes.lowering.types import small_constant_proto, value_type_proto
+
+if TYPE_CHECKING:
+    from onnxscript_ep_passes.lowering.context import DowngradeContext
+
+MAX_ENTRIES = 512
+
+BodyKey = tuple[object, ...]
+
+_cache: collections.OrderedDict[BodyKey, BodyTemplate] = collections.OrderedDict()
+_enabled = [True]
+
+
+def expansion_key(ctx: DowngradeContext, body_version: int | None) -> BodyKey | None:
+    """The key of expanding ``ctx.node`` (module docstring), or None when not cached."""
+    if not _enabled[0]:
+        return None
+    node = ctx.node
+    attributes: list[bytes] = []
+    for attr in node.attributes.values():
+        if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+            return None
+        attributes.append(ir.serde.serialize_attribute(attr).SerializeToString())
+    inputs: list[object] = []
+    first_by_name: dict[str, int] = {}
+    for index, value in enumerate(node.inputs):
+        if value is None:
+            inputs.append(None)
+            continue
+        type_proto = value_type_proto(value, ctx.type_of)
+        if type_proto is None:
+            return None
+        name = value.name or ""
+        inputs.append(
+            (
+                first_by_name.setdefault(name, index) if name else None,
+                type_proto.SerializeToString(),
+                small_constant_proto(value) is not None,
+            )
+        )
+    return (
+        node.domain,
+        node.op_type,
+        ctx.version,
+        body_version,
+        tuple(attributes),
+        tuple(inputs),
+        tuple(bool(out.name) for out in node.outputs),
+    )
+
+
+def lookup(key: BodyKey | None) -> BodyTemplate | None:
+    """The template stored for ``key`` (None: no key, or none stored)."""
+    if key is None or not _enabled[0]:
+        return None
+    template = _cache.get(key)
+    if template is not None:
+        _cache.move_to_end(key)
+    return template
+
+
+def store(key: BodyKey | None, template: BodyTemplate) -> None:
+    """Keep ``template`` for ``key`` when it is typed, dropping the least recently used."""
+    if key is None or not _enabled[0] or not template.typed:
+        return
+    _cache[key] = template
+    _cache.move_to_end(key)
+    while len(_cache) > MAX_ENTRIES:
+        _cache.popitem(last=False)
+
+
+def clear() -> None:
+    """Forget every template."""
+    _cache.clear()
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """Within the block, expansions neither read nor fill the cache."""
+    previous, _enabled[0] = _enabled[0], False
+    try:
+        yield
+    finally:
+        _enabled[0] = previous

@@ -1,0 +1,230 @@
+"""A node's function body as a template: read once, copied before each node like it.
+
+Rules:
+
+* A template is read from the FunctionProto ONNX gives for one node: per body node its
+  domain, op, inputs (a formal input of the node, or an output of an earlier body node),
+  its attributes with references bound to the node's attributes (or the schema's
+  defaults; unbound references dropped, as ONNX's function-inlining rules say) and its
+  output count; and which value each of the node's outputs is. A body node holding a
+  subgraph is refused.
+* :meth:`BodyTemplate.insert` builds the body's nodes before the node through the
+  context, in body order, each named by the context and read at the body's opset: the
+  nodes copying the body node by node (:func:`.function_body.copy_body_node`) builds.
+  Attributes are fresh objects per copy (their values are immutable and shared).
+* The first copy's output types are inferred by the context, node by node.
+  :meth:`BodyTemplate.record_types` keeps them when every one is known; later copies
+  then get equal, fresh type and shape objects and are not inferred again. Reusing a
+  template is right only for a node whose signature (:mod:`.body_cache`) fixes
+  everything the body and that inference read.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BodyTemplate", "bind_references", "body_opset"]
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import onnx
+import onnx_ir as ir
+
+from onnxscript_ep_passes.lowering import schemas
+from onnxscript_ep_passes.lowering.types import known_type, small_constant_proto
+
+if TYPE_CHECKING:
+    from onnxscript_ep_passes.lowering.context import DowngradeContext
+
+# A value of the body: (-1, i) is the node's input i; (j, k) is output k of body node j.
+_Ref = tuple[int, int]
+_FORMAL = -1
+_OutputTypes = tuple[tuple[ir.TypeProtocol, ir.Shape | None], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class _BodyNode:
+    domain: str
+    op_type: str
+    inputs: tuple[_Ref | None, ...]
+    attributes: tuple[ir.Attr, ...]
+    num_outputs: int
+
+
+class BodyTemplate:
+    """The body of one node's schema, with its values as references (module docstring)."""
+
+    def __init__(
+        self,
+        opset: int,
+        nodes: Sequence[_BodyNode],
+        outputs: Sequence[_Ref | None],
+        built_outputs: Sequence[str],
+    ) -> None:
+        self.opset = opset  # the opset the body's nodes are read at
+        self.built_outputs = tuple(built_outputs)  # the body's output names, as built
+        self._nodes = tuple(nodes)
+        self._outputs = tuple(outputs)
+        self._types: tuple[_OutputTypes, ...] | None = None
+
+    @property
+    def typed(self) -> bool:
+        """Whether copies get the recorded output types instead of being inferred."""
+        return self._types is not None
+
+    @classmethod
+    def from_proto(
+        cls,
+        ctx: DowngradeContext,
+        proto: onnx.FunctionProto,
+        opset: int,
+        attributes: dict[str, ir.Attr],
+    ) -> BodyTemplate:
+        """Read ``proto`` (ONNX's body for ``ctx.node``), binding references to ``attributes``.
+
+        ``proto``'s outputs are the ones it builds (trailing unbuilt ones dropped).
+        """
+        function = ir.serde.deserialize_function(proto)
+        refs: dict[ir.Value, _Ref] = {
+            formal: (_FORMAL, index) for index, formal in enumerate(function.inputs)
+        }
+        nodes: list[_BodyNode] = []
+        for inner in function:
+            nodes.append(
+                _BodyNode(
+                    inner.domain,
+                    inner.op_type,
+                    tuple(None if v is None else refs[v] for v in inner.inputs),
+                    tuple(bind_references(ctx, inner, attributes)),
+                    len(inner.outputs),
+                )
+            )
+            for index, out in enumerate(inner.outputs):
+                refs[out] = (len(nodes) - 1, index)
+        node_outputs = len(ctx.node.outputs)
+        outputs = [refs.get(out) for out in function.outputs[:node_outputs]]
+        return cls(opset, nodes, outputs, proto.output)
+
+    def insert(self, ctx: DowngradeContext) -> tuple[list[ir.Node], list[ir.Value | None]]:
+        """Build the body before ``ctx.node``; return the nodes and the node's output values.
+
+        With recorded types, a body node reading an input of the node that holds a small
+        constant is still inferred (inference may read the value); should its types
+        differ from the recorded ones, every later body node is inferred too.
+        """
+        inputs = ctx.node.inputs
+        built: list[ir.Node] = []
+        types = self._types
+        data = {
+            position
+            for position, value in enumerate(inputs)
+            if value is not None and small_constant_proto(value) is not None
+        }
+
+        def value(ref: _Ref | None) -> ir.Value | None:
+            if ref is None:
+                return None
+            index, position = ref
+            if index == _FORMAL:
+                return inputs[position] if position < len(inputs) else None
+            return built[index].outputs[position]
+
+        for index, body_node in enumerate(self._nodes):
+            new = ir.Node(
+                body_node.domain,
+                body_node.op_type,
+                [value(ref) for ref in body_node.inputs],
+                [_fresh(attr) for attr in body_node.attributes],
+                num_outputs=body_node.num_outputs,
+                name=ctx.fresh_name(body_node.op_type),
+            )
+            reads_data = any(
+                r is not None and r[0] == _FORMAL and r[1] in data for r in body_node.inputs
+            )
+            if types is not None and not reads_data:
+                for out, (type_, shape) in zip(new.outputs, types[index]):
+                    out.type, out.shape = _copy_type(type_), _copy_shape(shape)
+            ctx.insert(new, self.opset)  # infers the output types when none are given
+            if types is not None and reads_data and not _same_types(new, types[index]):
+                types = None
+            built.append(new)
+        return built, [value(ref) for ref in self._outputs]
+
+    def record_types(self, built: Sequence[ir.Node]) -> None:
+        """Keep the output types ``built`` (this template's first copy) got, if all known."""
+        types: list[_OutputTypes] = []
+        for node in built:
+            outputs = []
+            for out in node.outputs:
+                type_ = _copy_type(out.type)
+                if type_ is None or not known_type(type_):
+                    return
+                outputs.append((type_, _copy_shape(out.shape)))
+            types.append(tuple(outputs))
+        self._types = tuple(types)
+
+
+def bind_references(
+    ctx: DowngradeContext, inner: ir.Node, attributes: dict[str, ir.Attr]
+) -> list[ir.Attr]:
+    """Body node ``inner``'s attributes, references bound to ``attributes`` (unbound dropped).
+
+    A subgraph attribute is refused.
+    """
+    bound: list[ir.Attr] = []
+    for attr in inner.attributes.values():
+        if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+            ctx.refuse(
+                f"the function body of {ctx.node.op_type} holds a subgraph ({inner.op_type})"
+            )
+        if attr.is_ref():
+            actual = attributes.get(attr.ref_attr_name or "")
+            if actual is not None:
+                bound.append(ir.Attr(attr.name, actual.type, actual.value))
+        else:
+            bound.append(attr)
+    return bound
+
+
+def _fresh(attr: ir.Attr) -> ir.Attr:
+    return ir.Attr(attr.name, attr.type, attr.value, doc_string=attr.doc_string)
+
+
+def _copy_type(type_: ir.TypeProtocol | None) -> ir.TypeProtocol | None:
+    """An equal type object of its own (``Value.dtype = ...`` changes a type in place)."""
+    if isinstance(type_, (ir.TensorType, ir.SparseTensorType)):
+        return type(type_)(type_.dtype, denotation=type_.denotation)
+    if isinstance(type_, (ir.SequenceType, ir.OptionalType)):
+        elem = _copy_type(type_.elem_type)
+        return None if elem is None else type(type_)(elem, denotation=type_.denotation)
+    return None
+
+
+def _same_types(node: ir.Node, recorded: _OutputTypes) -> bool:
+    """Whether ``node``'s outputs have exactly the recorded types and shapes."""
+    return all(
+        _type_bytes(out.type, out.shape) == _type_bytes(type_, shape)
+        for out, (type_, shape) in zip(node.outputs, recorded, strict=True)
+    )
+
+
+def _type_bytes(type_: ir.TypeProtocol | None, shape: ir.Shape | None) -> bytes | None:
+    if type_ is None:
+        return None
+    proto = onnx.TypeProto()
+    ir.serde.serialize_type_into(proto, type_)
+    if shape is not None:
+        ir.serde.serialize_shape_into(proto, shape)  # into the (leaf) tensor type
+    return proto.SerializeToString()
+
+
+def _copy_shape(shape: ir.Shape | None) -> ir.Shape | None:
+    return None if shape is None else shape.copy(frozen=shape.frozen)
+
+
+def body_opset(proto: onnx.FunctionProto, default: int) -> int:
+    """The ai.onnx opset ``proto`` imports (``default`` when it imports none)."""
+    return next(
+        (o.version for o in proto.opset_import if schemas.is_default_domain(o.domain)),
+        default,
+    )
