@@ -19,7 +19,7 @@ from __future__ import annotations
 
 __all__ = ["BoundedCache", "attributes_key", "clear_caches", "shape_key"]
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 import onnx_ir as ir
@@ -51,6 +51,16 @@ class BoundedCache(Generic[K, V]):
             self.entries.clear()
         self.entries[key] = value
         return value
+
+    def fetch(self, key: K | None, compute: Callable[[], V]) -> V:
+        """The entry of ``key``, computed and kept when missing; ``compute()`` itself
+        when ``key`` is None (rule 3). ``compute`` must not return None."""
+        if key is None:
+            return compute()
+        found = self.entries.get(key)
+        if found is None:
+            found = self.put(key, compute())
+        return found
 
     def __len__(self) -> int:
         return len(self.entries)

@@ -15,7 +15,8 @@ those shapes; this module infers them without changing the model. Rules:
    :mod:`~onnxscript_ep_passes.ep.compute`). Nodes with graph attributes and ops without
    a schema are skipped. Inference is best effort: a failure is logged at DEBUG.
 4. A node's inference is cached by everything it reads (:mod:`~onnxscript_ep_passes.ep.memo`):
-   op, domain, opset, attribute values, and each input's type, shape and constant bytes.
+   op, domain, opset, attribute values, and each input's type, shape and constant bytes
+   (a SHA-256 of them for constants over 256 bytes).
    Inferred shapes are frozen, and shared by the values inferred alike.
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 __all__ = ["infer_missing_shapes", "small_constant"]
 
+import hashlib
 import logging
 from collections.abc import Hashable, Mapping
 
@@ -40,7 +42,8 @@ logger = logging.getLogger(__name__)
 Inferred = tuple[ir.DataType | None, ir.Shape | None]
 # Per output: None (no tensor type inferred), else (element type or 0, shape or None).
 _Outputs = tuple[tuple[int, ir.Shape | None] | None, ...]
-_INFERRED: BoundedCache[Hashable, _Outputs] = BoundedCache()
+_INFERRED: BoundedCache[Hashable, _Outputs] = BoundedCache(limit=1 << 14)
+_INLINE_BYTES = 256
 # An input: its type, shape and, for a small constant, its tensor.
 _Input = tuple[ir.DataType, ir.Shape | None, ir.TensorProtocol | None]
 _GRAPH_ATTRIBUTES = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
@@ -121,11 +124,7 @@ def _infer_node(
                 None if i is None else (i[0], shape_key(i[1]), _tensor_key(i[2])) for i in inputs
             ),
         )
-    outputs = None if key is None else _INFERRED.get(key)
-    if outputs is None:
-        outputs = _run_inference(node, schema, opset, inputs)
-        if key is not None:
-            _INFERRED.put(key, outputs)
+    outputs = _INFERRED.fetch(key, lambda: _run_inference(node, schema, opset, inputs))
     for value, inferred in zip(node.outputs, outputs):
         if inferred is None:
             continue
@@ -136,12 +135,17 @@ def _infer_node(
 
 
 def _tensor_key(tensor: ir.TensorProtocol | None) -> Hashable:
-    """What ONNX reads of a constant input: its type, shape and bytes."""
+    """What ONNX reads of a constant input: its type, shape and bytes (past
+    ``_INLINE_BYTES``, their SHA-256, so that the cache stays small)."""
     if tensor is None:
         return None
     if tensor.dtype == ir.DataType.STRING:  # the bytes of strings do not tell their bounds
-        return ir.serde.serialize_tensor(tensor).SerializeToString()
-    return (tensor.dtype, tuple(tensor.shape), tensor.tobytes())
+        data = ir.serde.serialize_tensor(tensor).SerializeToString()
+    else:
+        data = tensor.tobytes()
+    if len(data) > _INLINE_BYTES:
+        data = hashlib.sha256(data).digest()
+    return (tensor.dtype, tuple(tensor.shape), data)
 
 
 def _run_inference(

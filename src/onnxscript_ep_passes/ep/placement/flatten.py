@@ -49,7 +49,7 @@ from onnxscript_ep_passes.ep.placement.kernels import decide_kernel, infer_types
 logger = logging.getLogger(__name__)
 
 # Schema bodies ORT inlines, by what builds them (never edited: shared between calls).
-_BODIES: BoundedCache[Hashable, tuple[ir.Function | None]] = BoundedCache(limit=4096)
+_BODIES: BoundedCache[Hashable, tuple[ir.Function | None]] = BoundedCache(limit=512)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,23 +77,22 @@ def _cached_schema_body(
     attributes, each input's type and shape, and which inputs and outputs the node has
     (a value without a name is absent to it)."""
     attrs = attributes_key(node)
-    if attrs is None:
-        return _schema_body(node, schema, dtypes)
     key = (
-        node.op_type,
-        node.domain,
-        schema.since_version,
-        attrs,
-        tuple(
-            None if v is None else (bool(v.name), dtype, shape_key(v.shape))
-            for v, dtype in zip(node.inputs, dtypes)
-        ),
-        tuple(bool(out.name) for out in node.outputs),
+        None
+        if attrs is None
+        else (
+            node.op_type,
+            node.domain,
+            schema.since_version,
+            attrs,
+            tuple(
+                None if v is None else (bool(v.name), dtype, shape_key(v.shape))
+                for v, dtype in zip(node.inputs, dtypes)
+            ),
+            tuple(bool(out.name) for out in node.outputs),
+        )
     )
-    cached = _BODIES.get(key)
-    if cached is None:
-        cached = _BODIES.put(key, (_schema_body(node, schema, dtypes),))
-    return cached[0]
+    return _BODIES.fetch(key, lambda: (_schema_body(node, schema, dtypes),))[0]
 
 
 def _schema_body(
@@ -333,34 +332,23 @@ class Flattener:
         owner: FlatNode,
         origin: _Origin,
     ) -> None:
+        """Each graph of ``attr`` (an If/Loop/Scan body), as a scope of its own."""
         if not isinstance(attr, ir.Attr) or attr.is_ref():
             return
         if attr.type == ir.AttributeType.GRAPH:
-            self._subgraph(attr.as_graph(), opsets, scope, env, outer, owner, attr.name, origin)
+            graphs = [(attr.name, attr.as_graph())]
         else:
-            for k, g in enumerate(attr.as_graphs()):
-                self._subgraph(g, opsets, scope, env, outer, owner, f"{attr.name}[{k}]", origin)
-
-    def _subgraph(
-        self,
-        graph: ir.Graph,
-        opsets: Mapping[str, int],
-        scope: FlatScope,
-        env: dict[ir.Value, FlatValue],
-        outer: MutableMapping[ir.Value, FlatValue],
-        owner: FlatNode,
-        attr_name: str,
-        origin: _Origin,
-    ) -> None:
+            graphs = [(f"{attr.name}[{k}]", g) for k, g in enumerate(attr.as_graphs())]
         visible = collections.ChainMap(env, outer)  # a view: copies cost O(graph) each
         label = owner.name or owner.op_type
         base = scope.name.removeprefix("graph ").removeprefix("subgraph ").strip("'")
-        path = (
-            f"{base}/{label}/{attr_name}"
-            if scope.name.startswith("subgraph")
-            else f"{label}/{attr_name}"
-        )
-        self.build_graph(graph, opsets, f"subgraph '{path}'", visible, origin)
+        for attr_name, graph in graphs:
+            path = (
+                f"{base}/{label}/{attr_name}"
+                if scope.name.startswith("subgraph")
+                else f"{label}/{attr_name}"
+            )
+            self.build_graph(graph, opsets, f"subgraph '{path}'", visible, origin)
 
     def _inline(
         self,

@@ -109,11 +109,7 @@ def infer_types(flat: FlatNode, node: ir.Node, schema: onnx.defs.OpSchema, opset
     present = tuple(o is not None for o in flat.outputs)
     attrs = attributes_key(node)
     key = None if attrs is None else (node.op_type, node.domain, opset, dtypes, present, attrs)
-    inferred = None if key is None else _INFERRED.get(key)
-    if inferred is None:
-        inferred = _infer_output_types(flat, node, schema, opset)
-        if key is not None:
-            _INFERRED.put(key, inferred)
+    inferred = _INFERRED.fetch(key, lambda: _infer_output_types(flat, node, schema, opset))
     for o, dtype in zip(flat.outputs, inferred):
         if o is not None and o.dtype is None:
             o.dtype = dtype
