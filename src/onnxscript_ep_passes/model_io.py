@@ -148,10 +148,12 @@ def _all_tensors(model: ir.Model) -> Iterator[ir.TensorProtocol]:
                     yield value.const_value
         for node in graph:
             for attr in node.attributes.values():
+                # attr.value, not as_tensor(): its Protocol isinstance check took seconds
+                # on a model with tens of thousands of Constant nodes.
                 if attr.type == ir.AttributeType.TENSOR:
-                    yield attr.as_tensor()
+                    yield attr.value
                 elif attr.type == ir.AttributeType.TENSORS:
-                    yield from attr.as_tensors()
+                    yield from attr.value
 
 
 def _initializer_tensors(model: ir.Model) -> list[ir.TensorProtocol]:

@@ -14,7 +14,8 @@ Rules:
   Attributes are fresh objects per copy (their values are immutable and shared).
 * The first copy's output types are inferred by the context, node by node.
   :meth:`BodyTemplate.record_types` keeps them when every one is known; later copies
-  then get equal, fresh type and shape objects and are not inferred again. Reusing a
+  then get equal, fresh type objects and equal shapes (a frozen shape, as inference
+  gives, is shared) and are not inferred again. Reusing a
   template is right only for a node whose signature (:mod:`.body_cache`) fixes
   everything the body and that inference read.
 """
@@ -219,7 +220,10 @@ def _type_bytes(type_: ir.TypeProtocol | None, shape: ir.Shape | None) -> bytes 
 
 
 def _copy_shape(shape: ir.Shape | None) -> ir.Shape | None:
-    return None if shape is None else shape.copy(frozen=shape.frozen)
+    """A frozen shape is shared (onnx-ir's frozen shapes are for sharing); others copied."""
+    if shape is None or shape.frozen:
+        return shape
+    return shape.copy()
 
 
 def body_opset(proto: onnx.FunctionProto, default: int) -> int:

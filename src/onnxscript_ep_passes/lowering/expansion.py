@@ -19,6 +19,7 @@ from __future__ import annotations
 
 __all__ = ["expand_node", "function_body_version", "meaning_changed"]
 
+import functools
 from typing import Any
 
 import onnx_ir as ir
@@ -46,6 +47,7 @@ _COMPATIBLE_STEPS = frozenset(
 )
 
 
+@functools.cache
 def function_body_version(op_type: str, opset: int, domain: str = "") -> int | None:
     """The opset of the newest ONNX function body of ``op_type`` usable at ``opset``.
 

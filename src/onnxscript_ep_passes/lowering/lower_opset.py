@@ -272,10 +272,10 @@ class _Lowering:
         if since is None:
             return
         body_version = function_body_version(node.op_type, self.target, node.domain)
-        first = node.inputs[0] if node.inputs else None
-        type_str = None if first is None else schemas.type_string(self.oracle.type_of(first))
         if body_version is None or ort_inlines(node.op_type, node.domain, self.target):
             return
+        first = node.inputs[0] if node.inputs else None
+        type_str = None if first is None else schemas.type_string(self.oracle.type_of(first))
         if cpu_has_kernel(node.op_type, node.domain, since, type_str):
             return
         previous = (
