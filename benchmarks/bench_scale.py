@@ -7,6 +7,9 @@ each command runs in a fresh process, end to end (interpreter start, imports, lo
 work, save):
 
 * ``lower_23``: ``onnxscript-ep-passes lower IN -o OUT --target-opset 23``
+* ``lower_22``: the same to 22: the step 23 -> 22 expands every Attention,
+  RMSNormalization and RotaryEmbedding through its function body (about 5x the nodes),
+  and the EP search evaluates that opset and those below it (the floor of its cost)
 * ``lower_ep``: ``onnxscript-ep-passes lower IN -o OUT --ep cuda --ort-version 1.24``
 * ``report_json``: ``onnxscript-ep-passes report IN --ep cuda --ort-version 1.24 --json``
 * ``onnx_vc``: ``onnx.load``, ``onnx.version_converter.convert_version(model, 23)``,
@@ -41,7 +44,7 @@ from benchlib import HERE, environment, gb, machine, measure, write_results
 
 TARGET = 23
 EP_ARGS = ("--ep", "cuda", "--ort-version", "1.24")
-COMMANDS = ("lower_23", "lower_ep", "report_json", "onnx_vc")
+COMMANDS = ("lower_23", "lower_22", "lower_ep", "report_json", "onnx_vc")
 DEFAULT_MODELS = "5k:15M,40k:120M,200k:600M"
 # What benchlib.measure records about a run (the raw data keeps these, not the report
 # that ``report --json`` prints: megabytes at 40k nodes).
@@ -66,8 +69,9 @@ MEASURED_KEYS = frozenset(
 
 def command(tool: str, src: Path, dst: Path) -> list[str]:
     cli = [sys.executable, "-m", "onnxscript_ep_passes", "-q"]
-    if tool == "lower_23":
-        return [*cli, "lower", str(src), "-o", str(dst), "--target-opset", str(TARGET)]
+    if tool in ("lower_23", "lower_22"):
+        opset = tool.removeprefix("lower_")
+        return [*cli, "lower", str(src), "-o", str(dst), "--target-opset", opset]
     if tool == "lower_ep":
         return [*cli, "lower", str(src), "-o", str(dst), *EP_ARGS]
     if tool == "report_json":
@@ -142,7 +146,7 @@ def derived(models: dict[str, Any]) -> dict[str, Any]:
         tools = entry["tools"]
         base = tools.get("lower_23", {})
         ratios: dict[str, Any] = {}
-        for tool in ("lower_ep", "report_json", "onnx_vc"):
+        for tool in ("lower_22", "lower_ep", "report_json", "onnx_vc"):
             s = tools.get(tool, {})
             if base.get("ok") and s.get("ok"):
                 ratios[tool] = {
