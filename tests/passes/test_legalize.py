@@ -7,7 +7,9 @@ EP against the original. The real-WebGPU checks are in ``test_legalize_webgpu.py
 from __future__ import annotations
 
 import collections
+import importlib
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -254,6 +256,33 @@ def test_legalize_keeps_a_node_on_cpu_when_its_body_would_be_worse() -> None:
     (decision,) = result.decisions
     assert decision.decision == "cpu" and "would not help" in decision.reason
     assert (
+        ir.to_proto(model).SerializeToString()
+        == ir.to_proto(ir.from_proto(original)).SerializeToString()
+    )
+
+
+def test_a_failure_inside_a_trial_leaves_the_model_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Trials expand the model in place: a failure while one is priced (here, injected in
+    the placement prediction after the expansion) puts the model back before it spreads."""
+    module = importlib.import_module("onnxscript_ep_passes.passes.legalize")
+    original = _gelu_model(24)
+    model = ir.from_proto(original)
+    calls = []
+    real = module.predict_placement
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        calls.append(_ops(model)["Gelu"])
+        if len(calls) == 1:  # the prediction before legalizing
+            return real(*args, **kwargs)
+        raise MemoryError("injected")
+
+    monkeypatch.setattr(module, "predict_placement", failing)
+    with pytest.raises(MemoryError):
+        LegalizeForEpPass("webgpu", table=_table(_COMMON_OPS))(model)
+    assert calls == [1, 0]  # it failed with the Gelu expanded ...
+    assert (  # ... and the model is as it was
         ir.to_proto(model).SerializeToString()
         == ir.to_proto(ir.from_proto(original)).SerializeToString()
     )

@@ -19,8 +19,10 @@ rewrites such nodes, at the model's opset, when that moves work onto the EP. Rul
    model gets strictly cheaper under the EP cost objective
    (:func:`~onnxscript_ep_passes.ep.cost.placement_cost`). The fallback nodes of one op
    type are tried together first; when that does not pay, up to ``_MAX_SINGLE_TRIES`` of
-   them one by one. A trial is made on the model itself and undone when it does not pay
-   (:mod:`~onnxscript_ep_passes._checkpoint`: no copy of the model is made). Kept
+   them one by one. A trial is made on the model itself and undone when it does not pay,
+   or when anything fails while it is priced (:mod:`~onnxscript_ep_passes._checkpoint`:
+   no copy of the model is made); :class:`LegalizeForEpPass` likewise leaves the model as
+   it was when legalizing it fails. Kept
    expansions may expose new candidates (a body node that is a function op): the search
    repeats until nothing more is kept.
 5. **Bool widening** (decision ``ep_equivalent``): a candidate without a function body
@@ -300,22 +302,28 @@ class _Search:
     def _try(
         self, nodes: list[ir.Node], current: PlacementPrediction
     ) -> tuple[list[ir.Node], PlacementPrediction, str]:
-        """Expand ``nodes`` in place; put the model back unless it pays."""
+        """Expand ``nodes`` in place; put the model back unless it pays (or on error)."""
         mark = checkpoint(self.model)
-        failed = _expand_and_fold(nodes, self.model, self.opset, self.table)
-        if len(failed) == len(nodes):
+        try:
+            failed = _expand_and_fold(nodes, self.model, self.opset, self.table)
+            why = ""
+            if len(failed) == len(nodes):
+                why = f"cannot be expanded: {next(iter(failed.values()))}"
+            else:
+                prediction = predict_placement(self.model, self.table)
+                old = self.cost(current)
+                new = placement_cost(prediction, self.model, self.sizes)
+                if not new.improves_on(old):
+                    why = f"expanding it would not help: predicted {new} instead of {old}"
+        except BaseException:
             mark.restore()
-            return [], current, f"cannot be expanded: {next(iter(failed.values()))}"
-        done = [n for n in nodes if n not in failed]
-        prediction = predict_placement(self.model, self.table)
-        old = self.cost(current)
-        new = placement_cost(prediction, self.model, self.sizes)
-        if not new.improves_on(old):
+            raise
+        if why:
             mark.restore()
             collect_young()  # the trial's nodes and flat graph
-            return [], current, f"expanding it would not help: predicted {new} instead of {old}"
+            return [], current, why
         self.priced = (prediction, new)
-        return done, prediction, ""
+        return [n for n in nodes if n not in failed], prediction, ""
 
 
 def legalize(
@@ -471,7 +479,12 @@ class LegalizeForEpPass(ir.passes.InPlacePass):
         if self.ep == CPU_EP:
             return LegalizeForEpResult(model, False)
         table = self.table if self.table is not None else get_table(self.ep, self.ort_version)
-        result = legalize(model, table, dims=self.dims)
+        mark = checkpoint(model)
+        try:
+            result = legalize(model, table, dims=self.dims)
+        except BaseException:
+            mark.restore()  # the caller's model as it was, whatever failed
+            raise
         logger.info(
             "Legalized '%s' for %s at opset %d: %d nodes expanded",
             model.graph.name,
