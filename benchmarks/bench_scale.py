@@ -22,6 +22,7 @@ Usage::
 
     python benchmarks/bench_scale.py                     # 5k, 40k, 200k; writes results_scale.*
     python benchmarks/bench_scale.py --models 300:2M --out-dir /tmp/x --repeats 1   # smoke
+    python benchmarks/bench_scale.py --models 200k:600M --name scale_200k   # one size apart
 """
 
 from __future__ import annotations
@@ -236,7 +237,10 @@ def main(argv: list[str] | None = None) -> int:
         "--memory-limit", type=float, default=0.6, help="address-space cap, fraction of RAM"
     )
     parser.add_argument("--verify-max-nodes", type=int, default=5000)
-    parser.add_argument("--out-dir", type=Path, default=HERE, help="where results_scale.* go")
+    parser.add_argument("--out-dir", type=Path, default=HERE, help="where results_NAME.* go")
+    parser.add_argument(
+        "--name", default="scale", help="results_NAME.*: e.g. scale_200k for a run of one size"
+    )
     args = parser.parse_args(argv)
 
     args.workdir.mkdir(parents=True, exist_ok=True)
@@ -276,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     used = " ".join(["python benchmarks/bench_scale.py", *(argv or sys.argv[1:])]).strip()
     md = INTRO + "\n\n" + render(models, figures)
     write_results(
-        "scale",
+        args.name,
         "benchmarks/bench_scale.py",
         used,
         md,

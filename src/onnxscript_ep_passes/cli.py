@@ -27,7 +27,6 @@ __all__ = ["COMMANDS", "EXIT_STATUS_HELP", "Command", "UsageError", "main"]
 import argparse
 import contextlib
 import dataclasses
-import gc
 import importlib.machinery
 import importlib.metadata
 import importlib.util
@@ -42,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from onnxscript_ep_passes import __version__
 from onnxscript_ep_passes._cli_logging import configure_logging
+from onnxscript_ep_passes._collector import paused_collector
 from onnxscript_ep_passes.cli_examples import (
     LOWER_EXAMPLES,
     OPTIMIZE_EXAMPLES,
@@ -416,19 +416,6 @@ def _stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-@contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector: a model's IR is millions of long-lived objects
-    that it would scan again and again (a quarter of the run time on large models)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 class _DeferredModule(types.ModuleType):
     """Stands in ``sys.modules`` for a module until an attribute of it is first read."""
 
@@ -477,7 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging(args.verbose, args.quiet)
     try:
-        with _no_gc():
+        with paused_collector():
             return int(args.run(args))
     except UsageError as error:
         args.usage_error(str(error))  # prints the subcommand's usage, exits 2

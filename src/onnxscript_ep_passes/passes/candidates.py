@@ -33,6 +33,7 @@ import logging
 import onnx_ir as ir
 
 from onnxscript_ep_passes._checkpoint import checkpoint
+from onnxscript_ep_passes._collector import collect_young
 from onnxscript_ep_passes._copies import Correspondence, copy_with_origins
 from onnxscript_ep_passes.ep.cost import CandidateRank, candidate_rank, placement_cost, undominated
 from onnxscript_ep_passes.ep.dims import DimSizes
@@ -88,6 +89,7 @@ class CandidateSearch:
         model: ir.Model,
     ) -> Candidate:
         cost = placement_cost(prediction, model, self.sizes)
+        collect_young()  # the prediction's flat graph, the lowering step's leftovers
         rank = candidate_rank(cost, opset=opset, replaced=replaced)
         candidate = Candidate(opset, False, prediction, rank, origin)
         if self.keep_models:
@@ -113,6 +115,7 @@ class CandidateSearch:
             kept = copy_with_origins(work)[0] if self.keep_models and result.modified else None
         finally:  # the caller's model (the source candidate) is left as it was, even on error
             mark.restore()
+            collect_young()  # what the trials built and predicted
         origin = plain.origin
         replaced += sum(1 for n in result.expanded if origin is None or n in origin.nodes)
         rank = candidate_rank(

@@ -59,6 +59,7 @@ from typing import Literal
 import onnx_ir as ir
 
 from onnxscript_ep_passes._checkpoint import checkpoint
+from onnxscript_ep_passes._collector import collect_young
 from onnxscript_ep_passes.ep.cost import PlacementCost, placement_cost
 from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
@@ -311,6 +312,7 @@ class _Search:
         new = placement_cost(prediction, self.model, self.sizes)
         if not new.improves_on(old):
             mark.restore()
+            collect_young()  # the trial's nodes and flat graph
             return [], current, f"expanding it would not help: predicted {new} instead of {old}"
         self.priced = (prediction, new)
         return done, prediction, ""

@@ -67,6 +67,7 @@ import os
 
 import onnx_ir as ir
 
+from onnxscript_ep_passes._collector import paused_collector
 from onnxscript_ep_passes._copies import adopt, copy_with_origins
 from onnxscript_ep_passes.ep.cost import (
     PlacementCost,
@@ -207,7 +208,20 @@ def _search(
     settings: SearchSettings,
 ) -> tuple[EpLoweringChoice, ir.Model | None, CandidateSearch]:
     """The choice, the chosen legalized candidate's model (None when plain is chosen), and
-    the search (its candidates)."""
+    the search (its candidates). Automatic garbage collection is paused meanwhile; each
+    candidate collects what it left (:mod:`~onnxscript_ep_passes._collector`)."""
+    with paused_collector():
+        return _run_search(model, table, target_opset, floor, legalize, settings)
+
+
+def _run_search(
+    model: ir.Model,
+    table: KernelTable,
+    target_opset: int | None,
+    floor: int,
+    legalize: bool,
+    settings: SearchSettings,
+) -> tuple[EpLoweringChoice, ir.Model | None, CandidateSearch]:
     source = default_opset(model.opset_imports)
     if source is None:
         raise ValueError("the model imports no ai.onnx opset")

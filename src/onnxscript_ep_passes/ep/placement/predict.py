@@ -24,6 +24,7 @@ from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.names import normalize_domain
 from onnxscript_ep_passes.ep.placement.cpu_preference import apply_cpu_preference
 from onnxscript_ep_passes.ep.placement.flatten import Flattener
+from onnxscript_ep_passes.ep.placement.graph import FlatScope
 from onnxscript_ep_passes.ep.placement.layout import apply_layout_transform
 from onnxscript_ep_passes.ep.placement.memcpy import transfers
 from onnxscript_ep_passes.ep.placement.results import (
@@ -97,5 +98,16 @@ def predict_placement(
         nodes=records,
         transfers=tuple(found),
     )
+    _release(flat.scopes)
     logger.debug("%s", prediction)
     return prediction
+
+
+def _release(scopes: list[FlatScope]) -> None:
+    """Break the flat graph's cycles (a value's producer and consumers point back at the
+    nodes that point at it), so it is freed as soon as it is dropped, not by a scan of the
+    whole heap (:mod:`~onnxscript_ep_passes._collector`)."""
+    for scope in scopes:
+        for value in scope.values:
+            value.producer = None
+            value.consumers.clear()
