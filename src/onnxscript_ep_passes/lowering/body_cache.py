@@ -7,7 +7,7 @@ Rules:
   or the model: the op, its domain, the schema version and the body version asked for;
   the node's attributes, serialized, in order; per input: absent, or whether it is named,
   the first input with the same value name (inference reads types by name), its type and
-  shape as serialized for ONNX (declared, else the type oracle's), and whether it holds a
+  shape as ONNX is given them (declared, else the type oracle's), and whether it holds a
   constant small enough for inference's data propagation; per output, whether it is
   named (a context-dependent body builds only the named ones). The constant's value is
   not in the key (norm weights differ in every layer): the body nodes reading it are
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import onnx_ir as ir
 
 from onnxscript_ep_passes.lowering.body_template import BodyTemplate
-from onnxscript_ep_passes.lowering.types import small_constant_proto, value_type_proto
+from onnxscript_ep_passes.lowering.types import known_type, small_constant_proto
 
 if TYPE_CHECKING:
     from onnxscript_ep_passes.lowering.context import DowngradeContext
@@ -61,14 +61,14 @@ def expansion_key(ctx: DowngradeContext, body_version: int | None) -> BodyKey | 
         if value is None:
             inputs.append(None)
             continue
-        type_proto = value_type_proto(value, ctx.type_of)
-        if type_proto is None:
+        type_key = _type_key(value, ctx)
+        if type_key is None:
             return None
         name = value.name or ""
         inputs.append(
             (
                 first_by_name.setdefault(name, index) if name else None,
-                type_proto.SerializeToString(),
+                type_key,
                 small_constant_proto(value) is not None,
             )
         )
@@ -81,6 +81,30 @@ def expansion_key(ctx: DowngradeContext, body_version: int | None) -> BodyKey | 
         tuple(inputs),
         tuple(bool(out.name) for out in node.outputs),
     )
+
+
+def _type_key(value: ir.Value, ctx: DowngradeContext) -> tuple[object, ...] | None:
+    """The value's type and shape as ONNX is given them (:func:`.types.value_type_proto`).
+
+    A tuple with every field that TypeProto holds (kinds, element type, denotations; the
+    shape, dims and their denotations, of a tensor type), so cheaper to build and no
+    coarser. None when the type is unknown or of a kind not listed.
+    """
+    type_ = value.type if known_type(value.type) else ctx.type_of(value)
+    parts: list[object] = []
+    inner = type_
+    while isinstance(inner, (ir.SequenceType, ir.OptionalType)):
+        parts.append((type(inner).__name__, inner.denotation))
+        inner = inner.elem_type
+    if not isinstance(inner, (ir.TensorType, ir.SparseTensorType)):
+        return None
+    parts.append((type(inner).__name__, inner.dtype, inner.denotation))
+    shape = value.shape
+    if shape is None or not isinstance(type_, ir.TensorType):
+        return (tuple(parts), None)
+    dims = tuple(d if isinstance(d, int) else ("sym", d.value) for d in shape.dims)
+    denotations = tuple(shape.get_denotation(i) for i in range(len(dims)))
+    return (tuple(parts), dims, denotations)
 
 
 def lookup(key: BodyKey | None) -> BodyTemplate | None:

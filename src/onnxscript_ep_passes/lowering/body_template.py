@@ -142,10 +142,12 @@ class BodyTemplate:
             reads_data = any(
                 r is not None and r[0] == _FORMAL and r[1] in data for r in body_node.inputs
             )
-            if types is not None and not reads_data:
+            typed = types is not None and not reads_data
+            if typed:
+                assert types is not None
                 for out, (type_, shape) in zip(new.outputs, types[index]):
                     out.type, out.shape = _copy_type(type_), _copy_shape(shape)
-            ctx.insert(new, self.opset)  # infers the output types when none are given
+            ctx.insert(new, self.opset, infer=not typed)
             if types is not None and reads_data and not _same_types(new, types[index]):
                 types = None
             built.append(new)

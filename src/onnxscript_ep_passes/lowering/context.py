@@ -201,12 +201,15 @@ class DowngradeContext:
         self.insert(node, self.opset if opset is None else opset)
         return tuple(node.outputs)
 
-    def insert(self, node: ir.Node, opset: int) -> None:
-        """Insert a built node before the node being lowered; it is read at ``opset``."""
+    def insert(self, node: ir.Node, opset: int, *, infer: bool = True) -> None:
+        """Insert a built node before the node being lowered; it is read at ``opset``.
+
+        ``infer=False``: the caller has given every output its type (no inference).
+        """
         graph = self.node.graph
         assert graph is not None, "the node being lowered is not in a graph"
         graph.insert_before(self.node, node)
-        if not node.domain:
+        if infer and not node.domain:
             infer_node_output_types(node, opset, self._oracle.type_of)
         self.built.append((node, opset))
 
