@@ -7,19 +7,18 @@ only what the rewrites change and undoes them. Rules:
 
 1. :func:`checkpoint` records the main graph and every subgraph (If/Loop/Scan bodies, any
    depth): the nodes in order, each node's inputs, each output value's name, type, shape
-   and constant; the graph's inputs, outputs and initializers; and the
-   counters the graph names new values and nodes with (so names given after a restore
-   are those given without the detour).
+   and constant; the graph's inputs, outputs and initializers; and the counters the
+   graph names new values and nodes with (so names given after a restore are those
+   given without the detour).
 2. :meth:`Checkpoint.restore` puts all of that back: nodes built since are detached from
-   their inputs and removed, nodes removed since are put back in place, inputs,
-   attributes and value properties are reset. Saved to ONNX, the model is then the same
-   as at the checkpoint, byte for byte. The order of a value's uses may differ (it is not
-   part of the model).
-3. Model-local functions, opset imports, metadata and the attributes of the nodes there
-   are not recorded: the rewrites undone here (expansions, static shape folding, bool
-   widening) leave them alone (tests/test_checkpoint.py saves real ones and compares).
-   :meth:`Checkpoint.restore` raises when it finds them changed, rather than restore half
-   a model.
+   their inputs and removed, nodes removed since are put back in place, inputs and value
+   properties are reset. Saved to ONNX, the model is then the same as at the checkpoint,
+   byte for byte. The order of a value's uses may differ (it is not part of the model).
+3. Model-local functions, opset imports, metadata and node attributes are not recorded:
+   the rewrites undone here (expansions, static shape folding, bool widening) leave them
+   alone (tests/test_checkpoint.py saves real ones and compares). :meth:`Checkpoint.restore`
+   raises when it finds functions or opset imports changed, rather than restore half a
+   model.
 4. A checkpoint is restored at most once, and checkpoints nest (restore the inner one
    first).
 """
@@ -29,12 +28,13 @@ from __future__ import annotations
 __all__ = ["Checkpoint", "checkpoint"]
 
 import dataclasses
-import gc
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 import onnx_ir as ir
+
+from onnxscript_ep_passes._collector import paused_collector
 
 logger = logging.getLogger(__name__)
 
@@ -192,13 +192,8 @@ class Checkpoint:
 
     def __init__(self, model: ir.Model) -> None:
         self.model = model
-        collecting = gc.isenabled()
-        gc.disable()  # the many small tuples would trigger collections of the whole heap
-        try:
+        with paused_collector():  # many small tuples: no collections of the whole heap
             self._graphs = [_GraphState.of(g) for g in _graphs(model)]
-        finally:
-            if collecting:
-                gc.enable()
         self._functions = dict(model.functions)
         self._function_sizes = {k: len(f) for k, f in model.functions.items()}
         self._opsets = dict(model.opset_imports)
