@@ -199,6 +199,7 @@ class EpLoweringChoice:
         )
 
 
+@paused_collector()  # each candidate collects what it left (:mod:`.._collector`)
 def _search(
     model: ir.Model,
     table: KernelTable,
@@ -208,20 +209,7 @@ def _search(
     settings: SearchSettings,
 ) -> tuple[EpLoweringChoice, ir.Model | None, CandidateSearch]:
     """The choice, the chosen legalized candidate's model (None when plain is chosen), and
-    the search (its candidates). Automatic garbage collection is paused meanwhile; each
-    candidate collects what it left (:mod:`~onnxscript_ep_passes._collector`)."""
-    with paused_collector():
-        return _run_search(model, table, target_opset, floor, legalize, settings)
-
-
-def _run_search(
-    model: ir.Model,
-    table: KernelTable,
-    target_opset: int | None,
-    floor: int,
-    legalize: bool,
-    settings: SearchSettings,
-) -> tuple[EpLoweringChoice, ir.Model | None, CandidateSearch]:
+    the search (its candidates). Automatic garbage collection is paused meanwhile."""
     source = default_opset(model.opset_imports)
     if source is None:
         raise ValueError("the model imports no ai.onnx opset")
