@@ -10,6 +10,7 @@ name       script                  needs
 cost       ``bench_cost.py``       ~2 GB in ``--workdir``; about 10 min on 2 cores
 profile    ``profile_cli.py``      the models of ``cost`` (run it first)
 scale      ``bench_scale.py``      ~1 GB in ``--workdir``; the EP search on 200k nodes
+search     ``profile_search.py``   the 5k and 40k models of ``scale`` (run it first)
 effect     ``bench_effect.py``     torch, the WebGPU plugin EP (lavapipe is enough)
 legalize   ``bench_legalize.py``   torch, the WebGPU plugin EP
 candidates ``bench_candidates.py`` torch, the WebGPU plugin EP; ~1 h on 2 shared cores
@@ -40,6 +41,7 @@ SCRIPTS = {
     "cost": "bench_cost.py",
     "profile": "profile_cli.py",
     "scale": "bench_scale.py",
+    "search": "profile_search.py",
     "effect": "bench_effect.py",
     "legalize": "bench_legalize.py",
     "candidates": "bench_candidates.py",
@@ -50,6 +52,7 @@ QUICK = {  # tiny sizes: checks that the scripts run, measures nothing worth kee
     "cost": ["--models", "300:1M", "--repeats", "1"],
     "profile": ["--repeats", "1"],
     "scale": ["--models", "300:1M,600:2M", "--timeout", "300"],
+    "search": [],
     "effect": ["--models", "cnn", "--opsets", "25"],
     "legalize": ["--models", "cnn", "--runs", "2", "--repeats", "1"],
     "candidates": ["--models", "llama-dynamic", "--opsets", "24", "--runs", "1", "--rounds", "1"],
@@ -78,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         if name == "profile":  # the models bench_cost.py made (it runs first)
             labels = ("300_1M",) if args.quick else ("5k_120M", "20k_480M", "80k_960M")
             cmd += [str(args.workdir / f"synthetic_{label}.onnx") for label in labels]
+            cmd += ["--write"]
+        if name == "search":  # the models bench_scale.py made (it runs first)
+            labels = ("300_1M",) if args.quick else ("5k_15M", "40k_120M")
+            cmd += [str(args.workdir / f"decoder_{label}.onnx") for label in labels]
             cmd += ["--write"]
         if args.quick:
             cmd += QUICK[name]

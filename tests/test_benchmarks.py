@@ -67,3 +67,19 @@ def test_bench_scale_writes_results_with_commit_and_raw_json(tmp_path: Path) -> 
     assert entry["verify"]["lower_23"].startswith("opset 23, checker ok"), entry["verify"]
     (report_run,) = entry["runs"]["report_json"]
     assert report_run["rc"] == 0 and "candidates" not in report_run  # the report is not kept
+
+
+def test_profile_search_accounts_for_the_search_phase_by_phase(tmp_path: Path) -> None:
+    import make_decoder
+    import profile_search
+
+    src = tmp_path / "decoder.onnx"
+    make_decoder.build(src, 120, 400_000)
+    assert profile_search.main([str(src), "--write", "--out-dir", str(tmp_path)]) == 0
+    raw = json.loads((tmp_path / "results_profile_search.json").read_text())
+    (result,) = raw["results"]["models"].values()
+    phases = result["phases"]
+    assert {"lower", "predict", "price", "checkpoint", "restore"} <= set(phases)
+    assert phases["predict"]["calls"] >= len(result["candidates"])  # one per candidate at least
+    assert phases["other"]["seconds"] >= 0  # no phase was counted twice (nested calls)
+    assert list(result["candidates"]) == [str(o) for o in range(24, 17, -1)]
