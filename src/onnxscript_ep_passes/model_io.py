@@ -165,8 +165,17 @@ def _initializer_tensors(model: ir.Model) -> list[ir.TensorProtocol]:
     ]
 
 
-def _file_of(tensor: ir.ExternalTensor) -> Path:
-    return Path(os.path.realpath(os.path.join(tensor.base_dir, tensor.location)))
+def _file_of(tensor: ir.ExternalTensor, seen: dict[tuple[str, str], Path] | None = None) -> Path:
+    """The resolved file of ``tensor``; ``seen`` memoises it per (directory, location) for
+    one walk over a model's tensors (a lowered 40k-node decoder has 11k of them, and one
+    ``realpath`` each took 0.15 s per walk)."""
+    key = (str(tensor.base_dir), str(tensor.location))
+    if seen is not None and key in seen:
+        return seen[key]
+    path = Path(os.path.realpath(os.path.join(*key)))
+    if seen is not None:
+        seen[key] = path
+    return path
 
 
 def has_external_data(model: ir.Model) -> bool:
@@ -175,7 +184,8 @@ def has_external_data(model: ir.Model) -> bool:
 
 def data_files(model: ir.Model) -> set[Path]:
     """The files (resolved) that the model's external tensors are read from."""
-    return {_file_of(t) for t in _all_tensors(model) if isinstance(t, ir.ExternalTensor)}
+    seen: dict[tuple[str, str], Path] = {}
+    return {_file_of(t, seen) for t in _all_tensors(model) if isinstance(t, ir.ExternalTensor)}
 
 
 def check_output_path(
@@ -212,9 +222,10 @@ def reference_problem(model: ir.Model, path: str | os.PathLike[str]) -> str | No
 def _single_source(tensors: list[ir.TensorProtocol]) -> Path | None:
     """The one data file holding every large tensor, or None when there is no such file."""
     sources: set[Path] = set()
+    seen: dict[tuple[str, str], Path] = {}
     for tensor in tensors:
         if isinstance(tensor, ir.ExternalTensor):
-            sources.add(_file_of(tensor))
+            sources.add(_file_of(tensor, seen))
         elif tensor.nbytes > _INLINE_TENSOR_LIMIT:
             return None  # an in-memory weight must be written
     return next(iter(sources)) if len(sources) == 1 else None
@@ -305,10 +316,11 @@ def _write(
         return None, keep | {source.name}
     name = stage.data_name(read)
     if source is not None:
+        seen: dict[tuple[str, str], Path] = {}
         end = max(
             (t.offset or 0) + t.nbytes
             for t in tensors
-            if isinstance(t, ir.ExternalTensor) and _file_of(t) == source
+            if isinstance(t, ir.ExternalTensor) and _file_of(t, seen) == source
         )
         logger.debug("saving %s; weights copied from %s (%d bytes)", out, source, end)
         stage.copy_range(source, end, name)
