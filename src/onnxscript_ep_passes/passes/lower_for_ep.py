@@ -25,17 +25,19 @@ Rules the pass follows:
    progress bar runs over the candidate opsets and legalization trials.
 6. **Legalization** (``legalize=True``, the default): no opset choice helps a node whose op
    the EP has no kernel for at any version. So each candidate opset also gets a legalized
-   variant (:mod:`.legalize`): a copy of the working copy at that opset, whose nodes built
-   by the lowering (as the lowering reports them) have their static shape math folded,
-   and whose remaining fallback nodes are expanded through their ONNX function bodies
-   where that lowers the predicted cost. All candidates, plain and legalized, compete on
+   variant (:mod:`.legalize`): the working copy at that opset, whose nodes built by the
+   lowering (as the lowering reports them) have their static shape math folded, and
+   whose remaining fallback nodes are expanded through their ONNX function bodies where
+   that lowers the predicted cost; it is predicted and priced, then put back as it was
+   (:mod:`~onnxscript_ep_passes._checkpoint`), so the search holds one copy of the model. All candidates, plain and legalized, compete on
    one rank (:func:`~onnxscript_ep_passes.ep.cost.candidate_rank`): the cost, then fewer
    of the model's nodes replaced (by the lowering's adapters, or by legalization's
    expansions: so a native kernel at a reachable opset beats an expansion), then the
    higher opset, then plain before legalized. Among plain candidates this picks what
    rule 3 picks (lowering further never replaces fewer nodes), and a node the EP runs is
-   never expanded. A chosen legalized candidate is the model the pass keeps (its graph is
-   moved into the model object). Each node that falls back at the source opset or at the
+   never expanded. A chosen legalized candidate is rebuilt from the model (the same
+   lowering steps, then legalization) and is the model the pass keeps (its graph is moved
+   into the model object). Each node that falls back at the source opset or at the
    chosen one gets a :class:`~onnxscript_ep_passes.passes.legalize.LegalizationDecision`
    (``lower``, ``expand`` or ``cpu``, with the reason; :mod:`.choice_decisions`) in
    :attr:`EpLoweringChoice.decisions`, logged at DEBUG (rule 5 counts them at INFO).
