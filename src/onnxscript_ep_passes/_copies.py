@@ -6,9 +6,8 @@ Rules:
   and returns the :class:`Correspondence` from the copy's nodes and functions to the
   original's. Clones keep the structure, so nodes pair up by position: the main graph with
   its subgraphs in ``RecursiveGraphIterator`` order, then each function in order.
-- :func:`align` pairs two models the same way after the *same* edits were made to both
-  (a trial on a copy replayed on the original); it raises when their structures differ,
-  so a mismatch is never silently joined.
+- :func:`align` pairs two models of the same structure that way; it raises when their
+  structures differ, so a mismatch is never silently joined.
 - :func:`adopt` moves another model's graph, functions and IR version into a model
   object, so an in-place pass can keep a candidate it built on a copy.
 
@@ -31,18 +30,6 @@ class Correspondence:
 
     nodes: Mapping[ir.Node, ir.Node]
     functions: Mapping[ir.Function, ir.Function]
-
-    def inverse(self) -> Correspondence:
-        return Correspondence(
-            {b: a for a, b in self.nodes.items()}, {b: a for a, b in self.functions.items()}
-        )
-
-    def then(self, other: Correspondence) -> Correspondence:
-        """Compose: this maps A to B, ``other`` maps B to C; the result maps A to C."""
-        return Correspondence(
-            {a: other.nodes[b] for a, b in self.nodes.items() if b in other.nodes},
-            {a: other.functions[b] for a, b in self.functions.items() if b in other.functions},
-        )
 
 
 def _nodes(model: ir.Model) -> Iterator[ir.Node]:

@@ -24,12 +24,9 @@ __all__ = [
 
 import collections
 import dataclasses
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import onnx_ir as ir
-
-if TYPE_CHECKING:
-    from onnxscript_ep_passes._copies import Correspondence
 
 Placement = Literal["ep", "cpu"]
 
@@ -183,22 +180,6 @@ class PlacementPrediction:
     def fully_on_ep(self) -> bool:
         """No fallback node and no Memcpy."""
         return not self.fallback_nodes and not self.transfers
-
-    def translated(self, correspondence: Correspondence) -> PlacementPrediction:
-        """This prediction with its records pointing at the nodes and functions of another
-        model that ``correspondence`` pairs with this one's (unpaired ones become None).
-
-        Transfers keep their ``ir_value`` (a value of the model predicted on: same type and
-        shape as its counterpart in the other model)."""
-        nodes = tuple(
-            dataclasses.replace(
-                n,
-                node=None if n.node is None else correspondence.nodes.get(n.node),
-                function=None if n.function is None else correspondence.functions.get(n.function),
-            )
-            for n in self.nodes
-        )
-        return dataclasses.replace(self, nodes=nodes)
 
     def summary(self) -> dict[str, dict[str, int]]:
         """``op_type -> {"ep": n, "cpu": n, "shape": n}`` (only non-zero entries)."""
