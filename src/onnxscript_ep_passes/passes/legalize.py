@@ -22,9 +22,8 @@ rewrites such nodes, at the model's opset, when that moves work onto the EP. Rul
    them one by one. A trial is made on the model itself and undone when it does not pay,
    or when anything fails while it is priced (:mod:`~onnxscript_ep_passes._checkpoint`:
    no copy of the model is made); :class:`LegalizeForEpPass` likewise leaves the model as
-   it was when legalizing it fails. Kept
-   expansions may expose new candidates (a body node that is a function op): the search
-   repeats until nothing more is kept.
+   it was when legalizing it fails. Kept expansions may expose new candidates (a body
+   node that is a function op): the search repeats until nothing more is kept.
 5. **Bool widening** (decision ``ep_equivalent``): a candidate without a function body
    that only moves bool data (``Pad``, ``Shape``, ``Slice`` ... of a mask) and that the EP
    runs in another type is run in that type between exact Casts
