@@ -3,7 +3,9 @@
 - walking protos into subgraphs (:func:`iter_graphs`, :func:`iter_nodes`);
 - ONNX type strings of IR types (:func:`type_string`);
 - the schema in force for an op at an opset (:func:`get_schema`);
-- the function body ONNX's schema defines for a node (:func:`schema_function_body`).
+- the function body ONNX's schema defines for a node (:func:`schema_function_body`);
+- a node's attribute values as a hashable key (:func:`attributes_key`), for caches keyed
+  by what a computation reads (placement's, and the lowering's expansion templates).
 
 The proto walker remains hand-written: onnx-ir's ``RecursiveGraphIterator`` walks IR
 graphs, and its callers hold protos they must not deserialize (the optimized model ORT
@@ -14,6 +16,7 @@ inference). Code that holds an IR model uses ``RecursiveGraphIterator``.
 from __future__ import annotations
 
 __all__ = [
+    "attributes_key",
     "built_outputs",
     "get_schema",
     "iter_graphs",
@@ -23,7 +26,7 @@ __all__ = [
 ]
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Any
 
 import onnx
@@ -126,3 +129,43 @@ def built_outputs(function: onnx.FunctionProto) -> list[str]:
     while names and not names[-1]:
         names.pop()
     return names
+
+
+_SCALARS = frozenset(
+    {ir.AttributeType.INT, ir.AttributeType.STRING, ir.AttributeType.INTS, ir.AttributeType.STRINGS}
+)
+
+
+def _attribute_key(attr: ir.Attr) -> Hashable | None:
+    kind = attr.type
+    if attr.is_ref():
+        return (attr.name, kind, "ref", attr.ref_attr_name)
+    if kind in _SCALARS:
+        return (attr.name, kind, attr.value)
+    if kind == ir.AttributeType.FLOAT:  # float.hex: -0.0 and 0.0 differ, NaN equals itself
+        return (attr.name, kind, float(attr.value).hex())
+    if kind == ir.AttributeType.FLOATS:
+        return (attr.name, kind, tuple(float(v).hex() for v in attr.value))
+    if kind in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+        return None
+    try:
+        return (attr.name, kind, ir.serde.serialize_attribute(attr).SerializeToString())
+    except Exception:  # an attribute serde cannot write: no key
+        return None
+
+
+def attributes_key(node: ir.Node) -> tuple[Hashable, ...] | None:
+    """The values of ``node``'s attributes, in order, as a hashable key.
+
+    Values, never identities, so an in-place edit changes the key. None when an attribute
+    cannot be spelled exactly (a subgraph, or one serde cannot write): the caller then
+    computes without its cache."""
+    keys = []
+    for attr in node.attributes.data.values():
+        if not isinstance(attr, ir.Attr):
+            return None
+        key = _attribute_key(attr)
+        if key is None:
+            return None
+        keys.append(key)
+    return tuple(keys)

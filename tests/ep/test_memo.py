@@ -20,10 +20,11 @@ import onnx.helper as oh
 import onnx_ir as ir
 import pytest
 
+from onnxscript_ep_passes._onnx import attributes_key
 from onnxscript_ep_passes.ep import KernelTable, predict_placement
 from onnxscript_ep_passes.ep.cost import PlacementCost, placement_cost
 from onnxscript_ep_passes.ep.dims import DimSizes
-from onnxscript_ep_passes.ep.memo import BoundedCache, attributes_key, clear_caches
+from onnxscript_ep_passes.ep.memo import BoundedCache, clear_caches
 from onnxscript_ep_passes.ep.placement import NodePlacement, PlacementPrediction
 from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.lowering.expansion import expand_node

@@ -11,13 +11,14 @@ cached here. Rules:
    result can never be stale, and equal keys met in other nodes or models share it.
 2. Caches are bounded (:class:`BoundedCache` empties itself when full), so a long
    process does not grow without limit.
-3. A key that cannot be built exactly (:func:`attributes_key` on an attribute it cannot
-   spell) is ``None``: the caller computes without the cache.
+3. A key that cannot be built exactly
+   (:func:`~onnxscript_ep_passes._onnx.attributes_key` on an attribute it cannot spell)
+   is ``None``: the caller computes without the cache.
 """
 
 from __future__ import annotations
 
-__all__ = ["BoundedCache", "attributes_key", "clear_caches", "shape_key"]
+__all__ = ["BoundedCache", "clear_caches", "shape_key"]
 
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
@@ -26,11 +27,6 @@ import onnx_ir as ir
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
-
-_SCALARS = frozenset(
-    {ir.AttributeType.INT, ir.AttributeType.STRING, ir.AttributeType.INTS, ir.AttributeType.STRINGS}
-)
-
 
 _ALL: list[BoundedCache[Any, Any]] = []
 
@@ -70,37 +66,6 @@ def clear_caches() -> None:
     """Empty every :class:`BoundedCache` (tests compare cached and fresh answers)."""
     for cache in _ALL:
         cache.entries.clear()
-
-
-def _attribute_key(attr: ir.Attr) -> Hashable | None:
-    kind = attr.type
-    if attr.is_ref():
-        return (attr.name, kind, "ref", attr.ref_attr_name)
-    if kind in _SCALARS:
-        return (attr.name, kind, attr.value)
-    if kind == ir.AttributeType.FLOAT:  # float.hex: -0.0 and 0.0 differ, NaN equals itself
-        return (attr.name, kind, float(attr.value).hex())
-    if kind == ir.AttributeType.FLOATS:
-        return (attr.name, kind, tuple(float(v).hex() for v in attr.value))
-    if kind in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
-        return None
-    try:
-        return (attr.name, kind, ir.serde.serialize_attribute(attr).SerializeToString())
-    except Exception:  # an attribute serde cannot write: no key (rule 3)
-        return None
-
-
-def attributes_key(node: ir.Node) -> tuple[Hashable, ...] | None:
-    """The values of ``node``'s attributes as a hashable key, or None (rule 3)."""
-    keys = []
-    for attr in node.attributes.data.values():
-        if not isinstance(attr, ir.Attr):
-            return None
-        key = _attribute_key(attr)
-        if key is None:
-            return None
-        keys.append(key)
-    return tuple(keys)
 
 
 def shape_key(shape: ir.Shape | None) -> tuple[int | str | None, ...] | None:

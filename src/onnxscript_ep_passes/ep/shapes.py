@@ -34,8 +34,8 @@ import onnx.helper
 import onnx.shape_inference
 import onnx_ir as ir
 
-from onnxscript_ep_passes._onnx import get_schema
-from onnxscript_ep_passes.ep.memo import BoundedCache, attributes_key, shape_key
+from onnxscript_ep_passes._onnx import attributes_key, get_schema
+from onnxscript_ep_passes.ep.memo import BoundedCache, shape_key
 
 logger = logging.getLogger(__name__)
 

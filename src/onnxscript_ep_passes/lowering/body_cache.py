@@ -5,15 +5,16 @@ Rules:
 * An expansion's key holds everything its body (ONNX's function builder) and the
   per-node type inference of the body's copy read, and nothing that identifies the node
   or the model: the op, its domain, the schema version and the body version asked for;
-  the node's attributes, serialized, in order; per input: absent, or whether it is named,
-  the first input with the same value name (inference reads types by name), its type and
+  the node's attribute values, in order (:func:`~onnxscript_ep_passes._onnx.attributes_key`,
+  the key placement's caches use too); per input: absent, or whether it is named, the
+  first input with the same value name (inference reads types by name), its type and
   shape as ONNX is given them (declared, else the type oracle's), and whether it holds a
   constant small enough for inference's data propagation; per output, whether it is
   named (a context-dependent body builds only the named ones). The constant's value is
   not in the key (norm weights differ in every layer): the body nodes reading it are
   inferred again on every copy (:meth:`.BodyTemplate.insert`).
-* No key, so no caching, for a node holding a subgraph or an input of unknown type (the
-  expansion is then refused anyway).
+* No key, so no caching, for a node holding a subgraph, an attribute serde cannot write,
+  or an input of unknown type (the expansion is then refused or done uncached).
 * The cache is process-wide and holds at most ``MAX_ENTRIES`` templates, the least
   recently used dropped first. A template is stored only once it is typed
   (:meth:`.BodyTemplate.record_types`). :func:`clear` empties the cache and
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 
+from onnxscript_ep_passes._onnx import attributes_key
 from onnxscript_ep_passes.lowering.body_template import BodyTemplate
 from onnxscript_ep_passes.lowering.types import known_type, small_constant_proto
 
@@ -50,11 +52,9 @@ def expansion_key(ctx: DowngradeContext, body_version: int | None) -> BodyKey | 
     if not _enabled[0]:
         return None
     node = ctx.node
-    attributes: list[bytes] = []
-    for attr in node.attributes.values():
-        if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
-            return None
-        attributes.append(ir.serde.serialize_attribute(attr).SerializeToString())
+    attributes = attributes_key(node)
+    if attributes is None:  # a subgraph, or an attribute serde cannot write
+        return None
     inputs: list[object] = []
     first_by_name: dict[str, int] = {}
     for index, value in enumerate(node.inputs):
@@ -77,7 +77,7 @@ def expansion_key(ctx: DowngradeContext, body_version: int | None) -> BodyKey | 
         node.op_type,
         ctx.version,
         body_version,
-        tuple(attributes),
+        attributes,
         tuple(inputs),
         tuple(bool(out.name) for out in node.outputs),
     )

@@ -34,6 +34,7 @@ import onnx.defs
 import onnx_ir as ir
 
 from onnxscript_ep_passes._onnx import (
+    attributes_key,
     built_outputs,
     get_schema,
     schema_function_body,
@@ -41,7 +42,7 @@ from onnxscript_ep_passes._onnx import (
 )
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.live_tables import live_table
-from onnxscript_ep_passes.ep.memo import BoundedCache, attributes_key, shape_key
+from onnxscript_ep_passes.ep.memo import BoundedCache, shape_key
 from onnxscript_ep_passes.ep.names import CPU_EP, normalize_domain
 from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatScope, FlatValue
 from onnxscript_ep_passes.ep.placement.kernels import decide_kernel, infer_types, type_proto
