@@ -5,7 +5,7 @@ Loading (:func:`load_model`):
 * Only a regular, non-empty file of at most 2 GiB is read, and it must parse as an ONNX
   ModelProto that passes :func:`~onnxscript_ep_passes.model_checks.check_model_proto`;
   every external-data reference must pass
-  :func:`~onnxscript_ep_passes.model_checks.check_external_data` (regular files inside the
+  :func:`~onnxscript_ep_passes.external_data_checks.check_external_data` (regular files inside the
   model's directory, declared ranges inside them). Anything else raises
   :class:`~onnxscript_ep_passes.errors.InvalidModelError` with a one-line message.
 * The model is then deserialized with onnx-ir; its external tensors stay memory-mapped
@@ -65,7 +65,8 @@ from google.protobuf.message import DecodeError
 from onnxscript_ep_passes._atomic import Stage as _Stage
 from onnxscript_ep_passes._onnx import iter_graphs
 from onnxscript_ep_passes.errors import InvalidModelError
-from onnxscript_ep_passes.model_checks import check_external_data, check_model_proto
+from onnxscript_ep_passes.external_data_checks import check_external_data
+from onnxscript_ep_passes.model_checks import check_model_proto
 
 logger = logging.getLogger(__name__)
 
