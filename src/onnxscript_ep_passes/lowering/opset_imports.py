@@ -21,7 +21,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxscript_ep_passes.lowering import schemas
-from onnxscript_ep_passes.lowering.work import walk
+from onnxscript_ep_passes.lowering.walk import walk
 
 
 @functools.cache

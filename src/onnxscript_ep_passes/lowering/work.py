@@ -2,13 +2,10 @@
 
 Rules:
 
-* :func:`walk` lists a graph's nodes in onnx-ir's ``RecursiveGraphIterator`` order (each
-  node, then the nodes of its subgraphs, depth first) and its subgraphs in
-  ``Graph.subgraphs()`` order. It reads a node's attribute dict directly and enters only
-  GRAPH/GRAPHS attributes, so a model of 200k nodes is walked without a generator per
-  node.
-* :func:`stepping_nodes` keeps, in that order, only the default-domain nodes a step may
-  apply to: those whose schema at their opset is newer than the target, and those with
+* The scopes (:func:`scopes`) are the main graph and each model-local function whose
+  ai.onnx opset is above the target. :func:`visits` lists, scope by scope and in walk
+  order (:mod:`.walk`), only the default-domain nodes a step may apply to
+  (:func:`stepping_nodes`): those whose schema at their opset is newer than the target, and those with
   no schema (carried or refused by the pass). Any other node is at the target already;
   the pass would look it up and leave it alone.
 * :func:`prepared_values` names the values whose types the steps read from the model as
@@ -28,24 +25,66 @@ Rules:
 from __future__ import annotations
 
 __all__ = [
+    "Scope",
     "asks_every_shape",
     "every_shape_asked",
     "prepared_values",
+    "scopes",
     "stepping_nodes",
-    "walk",
+    "visits",
 ]
 
 import contextlib
+import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
 
 import onnx_ir as ir
 
 from onnxscript_ep_passes.lowering import schemas
+from onnxscript_ep_passes.lowering.opset_imports import default_opset
 from onnxscript_ep_passes.lowering.registry import AdapterRegistry
+from onnxscript_ep_passes.lowering.walk import walk
 
-_GRAPH = ir.AttributeType.GRAPH
-_GRAPHS = ir.AttributeType.GRAPHS
 _every_shape = [False]
+
+
+@dataclasses.dataclass
+class Scope:
+    """A graph or function lowered from its own ai.onnx opset; ``label`` names it."""
+
+    graph: ir.Graph | ir.Function
+    opset: int
+    label: str
+
+
+def scopes(model: ir.Model, target: int) -> list[Scope]:
+    """The main graph and the functions whose ai.onnx opset is above ``target``."""
+    found = []
+    main = default_opset(model.opset_imports)
+    if main is not None and main > target:
+        found.append(Scope(model.graph, main, f"graph '{model.graph.name}'"))
+    for function in model.functions.values():
+        opset = default_opset(function.opset_imports)
+        if opset is not None and opset > target:
+            label = f"function '{function.domain}::{function.name}'"
+            found.append(Scope(function, opset, label))
+    return found
+
+
+def visits(model: ir.Model, target: int) -> tuple[list[tuple[ir.Node, int, str]], list[ir.Graph]]:
+    """The nodes a step may apply to, each with its opset and scope label, in order; and
+    the main graph's subgraphs."""
+    main_nodes, subgraphs = walk(model.graph)
+    found = [
+        (node, opset, scope.label)
+        for scope in scopes(model, target)
+        for node, opset in stepping_nodes(
+            main_nodes if scope.graph is model.graph else walk(scope.graph)[0],
+            scope.opset,
+            target,
+        )
+    ]
+    return found, subgraphs
 
 
 @contextlib.contextmanager
@@ -56,26 +95,6 @@ def every_shape_asked() -> Iterator[None]:
         yield
     finally:
         _every_shape[0] = previous
-
-
-def walk(graph: ir.Graph | ir.Function) -> tuple[list[ir.Node], list[ir.Graph]]:
-    """Every node of ``graph`` and its subgraphs, and every subgraph, in traversal order."""
-    nodes: list[ir.Node] = []
-    subgraphs: list[ir.Graph] = []
-    _walk(graph, nodes, subgraphs)
-    return nodes, list(dict.fromkeys(subgraphs))
-
-
-def _walk(graph: Iterable[ir.Node], nodes: list[ir.Node], subgraphs: list[ir.Graph]) -> None:
-    for node in graph:
-        nodes.append(node)
-        for attr in node.attributes.data.values():
-            kind = attr.type
-            if (kind is not _GRAPH and kind is not _GRAPHS) or attr.is_ref():
-                continue
-            for sub in attr.value if kind is _GRAPHS else (attr.value,):
-                subgraphs.append(sub)
-                _walk(sub, nodes, subgraphs)
 
 
 def stepping_nodes(nodes: Iterable[ir.Node], opset: int, target: int) -> list[tuple[ir.Node, int]]:
