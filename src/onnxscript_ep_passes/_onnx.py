@@ -1,6 +1,7 @@
 """Small ONNX helpers shared by graph rewriting (``lowering``) and EP knowledge (``ep``).
 
-- walking protos into subgraphs (:func:`iter_graphs`, :func:`iter_nodes`);
+- walking protos into subgraphs (:func:`iter_graphs`, :func:`iter_nodes`), and IR graphs
+  (:func:`all_nodes`, :func:`all_subgraphs`);
 - ONNX type strings of IR types (:func:`type_string`);
 - the schema in force for an op at an opset (:func:`get_schema`);
 - the function body ONNX's schema defines for a node (:func:`schema_function_body`);
@@ -10,12 +11,16 @@
 The proto walker remains hand-written: onnx-ir's ``RecursiveGraphIterator`` walks IR
 graphs, and its callers hold protos they must not deserialize (the optimized model ORT
 saves, a model being checked before it is loaded, a graph handed to ONNX shape
-inference). Code that holds an IR model uses ``RecursiveGraphIterator``.
+inference). For IR graphs, :func:`all_nodes` and :func:`all_subgraphs` list what
+``RecursiveGraphIterator`` and ``Graph.subgraphs`` yield, in their order, without their
+generators per node (the EP search walks a 200k-node model several times per candidate).
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "all_nodes",
+    "all_subgraphs",
     "attributes_key",
     "built_outputs",
     "get_schema",
@@ -62,6 +67,41 @@ def iter_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
     """Every node of ``graph`` and of its subgraphs."""
     for sub in iter_graphs(graph):
         yield from sub.node
+
+
+_GRAPH_TYPES = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+
+
+def all_nodes(graph: ir.Graph | ir.Function) -> list[ir.Node]:
+    """Every node of ``graph`` and of its subgraphs (any depth), in the order of onnx-ir's
+    ``RecursiveGraphIterator``: each node, then the nodes of each graph of its attributes."""
+    found: list[ir.Node] = []
+    _walk(graph, found, {})
+    return found
+
+
+def all_subgraphs(graph: ir.Graph | ir.Function) -> list[ir.Graph]:
+    """Every subgraph of ``graph``'s nodes (any depth), each once, in the order of onnx-ir's
+    ``Graph.subgraphs``: as the walk of :func:`all_nodes` enters them."""
+    graphs: dict[ir.Graph, None] = {}
+    _walk(graph, [], graphs)
+    return list(graphs)
+
+
+def _walk(
+    graph: ir.Graph | ir.Function, nodes: list[ir.Node], graphs: dict[ir.Graph, None]
+) -> None:
+    for node in graph:
+        nodes.append(node)
+        attributes = node.attributes.data
+        if not attributes:
+            continue
+        for attr in attributes.values():
+            if attr.type not in _GRAPH_TYPES or not isinstance(attr, ir.Attr) or attr.is_ref():
+                continue  # a reference (in a function) holds no graph
+            for subgraph in attr.value if attr.type == ir.AttributeType.GRAPHS else (attr.value,):
+                graphs[subgraph] = None
+                _walk(subgraph, nodes, graphs)
 
 
 _TENSOR_STRINGS: dict[ir.DataType, str | None] = {
