@@ -284,3 +284,72 @@ def test_abandoned_staging_directories_are_removed(tmp_path: Path) -> None:
     assert not abandoned.exists()
     assert live.exists() and other.exists()
     assert _identity(out_dir / "m.onnx") == "a"
+
+
+# -- the plain lowering's fast path: weights copied while the nodes are lowered ----------
+
+
+def _fast_path_model(tag: str, seed: int) -> onnx.ModelProto:
+    """A model the proto fast path lowers (a Cast-24 attribute drop), 4 MiB of weights."""
+    model = _model(tag, seed)
+    del model.graph.node[1:]
+    model.graph.node.append(
+        oh.make_node(
+            "Cast", ["h"], ["y"], name=f"cast_{tag}", to=TensorProto.FLOAT, round_mode="up"
+        )
+    )
+    model.graph.value_info.append(oh.make_tensor_value_info("h", TensorProto.FLOAT, [2, _ROWS]))
+    return model
+
+
+def test_fast_path_disk_full_while_copying_leaves_nothing(tmp_path: Path) -> None:
+    """The weights copy runs in a thread: its failure still reaches the user as one line,
+    and neither OUT nor anything staged is left."""
+    (tmp_path / "in").mkdir()
+    src = _save_external(_fast_path_model("a", 1), tmp_path / "in" / "m.onnx")
+    out = tmp_path / "out" / "m23.onnx"
+    out.parent.mkdir()
+    argv = ["lower", str(src), "-o", str(out), "--target-opset", "23"]
+    result = run_cli(*argv, preexec_fn=_no_bigger_files)
+    assert result.returncode == EXIT_BAD_INPUT, result.stderr
+    assert "Traceback" not in result.stderr and "File too large" in result.stderr
+    assert list(out.parent.iterdir()) == []
+
+
+def test_fast_path_copy_stops_when_the_caller_gives_up(tmp_path: Path) -> None:
+    """Leaving a ProtoSave without committing (the fast path declined, or an error) stops
+    the copy and removes what it staged; a committed one writes OUT and its data."""
+    from onnxscript_ep_passes.model_io import ProtoSave, load_graph_proto, proto_source_file
+
+    src = _save_external(_fast_path_model("a", 1), tmp_path / "m.onnx")
+    out = tmp_path / "o" / "m23.onnx"
+    out.parent.mkdir()
+    proto = load_graph_proto(src)
+    data = proto_source_file(proto, src)
+    assert isinstance(data, Path)
+    with pytest.raises(KeyboardInterrupt), ProtoSave(proto, out, data):
+        raise KeyboardInterrupt
+    with ProtoSave(proto, out, data):
+        pass  # declined
+    assert list(out.parent.iterdir()) == []
+    with ProtoSave(proto, out, data) as saving:
+        saving.commit(proto)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["m23.onnx", "m23.onnx.data"]
+    assert _digest(out.parent / "m23.onnx.data") == _digest(tmp_path / "m.onnx.data")
+    onnx.checker.check_model(str(out), full_check=True)
+
+
+def test_a_stopped_copy_copies_no_further_chunk(tmp_path: Path) -> None:
+    import threading
+
+    from onnxscript_ep_passes import _atomic
+
+    (tmp_path / "src").write_bytes(bytes(range(256)) * 64)
+    stop = threading.Event()
+    with open(tmp_path / "src", "rb") as src, open(tmp_path / "dst", "wb") as dst:
+        assert _atomic._bounded_copy(src, dst, 16384, stop)
+    assert (tmp_path / "dst").read_bytes() == (tmp_path / "src").read_bytes()
+    stop.set()
+    with open(tmp_path / "src", "rb") as src, open(tmp_path / "dst", "wb") as dst:
+        assert not _atomic._bounded_copy(src, dst, 16384, stop)
+    assert (tmp_path / "dst").read_bytes() == b""

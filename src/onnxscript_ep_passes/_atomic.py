@@ -24,6 +24,7 @@ import re
 import secrets
 import shutil
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -103,17 +104,22 @@ class Stage:
             file.flush()
             os.fsync(file.fileno())
 
-    def copy_range(self, source: Path, end: int, name: str) -> None:
-        """Copy bytes [0, end) of ``source`` to the staged data file ``name``."""
+    def copy_range(
+        self, source: Path, end: int, name: str, stop: threading.Event | None = None
+    ) -> bool:
+        """Copy bytes [0, end) of ``source`` to the staged data file ``name``, flushed to
+        disk; False when ``stop`` was set before the copy ended (the file is then partial)."""
         target = self.path / name
         with open(source, "rb") as src, open(target, "wb") as dst:
             info = os.fstat(src.fileno())
             if not stat.S_ISREG(info.st_mode) or info.st_size < end:
                 raise OSError(f"'{source}' changed while it was being read")
-            if not (info.st_size == end and _reflink(src, dst)):
-                _bounded_copy(src, dst, end)
+            copied = info.st_size == end and _reflink(src, dst)
+            if not copied and not _bounded_copy(src, dst, end, stop):
+                return False
             dst.flush()
             os.fsync(dst.fileno())
+        return True
 
     def sync(self, name: str) -> None:
         fd = os.open(self.path / name, os.O_RDONLY)
@@ -209,12 +215,17 @@ def _reflink(src: object, dst: object) -> bool:
     return True
 
 
-def _bounded_copy(src: object, dst: object, count: int) -> None:
-    """Copy exactly ``count`` bytes from the start of ``src``; never read past them."""
+def _bounded_copy(
+    src: object, dst: object, count: int, stop: threading.Event | None = None
+) -> bool:
+    """Copy exactly ``count`` bytes from the start of ``src``; never read past them.
+    False when ``stop`` is set between two chunks (the copy is then left partial)."""
     src_fd, dst_fd = src.fileno(), dst.fileno()  # type: ignore[attr-defined]
     offset = 0
     copy_range = getattr(os, "copy_file_range", None)
     while offset < count:
+        if stop is not None and stop.is_set():
+            return False
         size = min(_COPY_CHUNK, count - offset)
         done = 0
         if copy_range is not None:
@@ -229,6 +240,7 @@ def _bounded_copy(src: object, dst: object, count: int) -> None:
             os.pwrite(dst_fd, chunk, offset)
             done = len(chunk)
         offset += done
+    return True
 
 
 def _relocate(graph_path: Path, old: str, new: str) -> None:

@@ -184,15 +184,18 @@ def _lower_proto(args: argparse.Namespace, external: bool | None) -> str | None:
     lowering/proto_fast_path.py); None when the full pass must run."""
     from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass, default_opset
     from onnxscript_ep_passes.lowering.proto_fast_path import try_lower_proto
-    from onnxscript_ep_passes.model_io import load_graph_proto, proto_source_file, save_proto
+    from onnxscript_ep_passes.model_io import ProtoSave, load_graph_proto, proto_source_file
 
     LowerOpsetPass(args.target_opset)  # rejects a target it does not support
     proto = load_graph_proto(args.model)
     source = default_opset({o.domain: o.version for o in proto.opset_import})
     data = proto_source_file(proto, args.model, external_data=external, weights=args.weights)
-    if data is False or not try_lower_proto(proto, args.target_opset):
+    if data is False or source is None or source <= args.target_opset or len(proto.functions):
         return None
-    save_proto(proto, args.output, data)
+    with ProtoSave(proto, args.output, data) as saving:  # the weights copy starts now
+        if not try_lower_proto(proto, args.target_opset):
+            return None  # the copy stops and what it staged goes
+        saving.commit(proto)
     return f"opset {source} -> {args.target_opset}"
 
 

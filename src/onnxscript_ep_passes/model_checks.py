@@ -17,26 +17,19 @@ one line naming the problem, and the node, attribute or tensor where there is on
   schema's type, and every required attribute present. Ops without a schema are left to
   the lowering.
 * **Tensors held in the file** hold as many bytes as their type and dimensions need.
-* **External data** (:func:`check_external_data`): the location is relative, has no
-  ``..``, and resolves (symbolic links followed) to a regular file inside the model's
-  directory with a single link; the declared ``offset`` (and ``length``, which must
-  equal the tensor's size) lie within the file. Nothing is read from the file here.
+* **External data** is checked by :mod:`.external_data_checks`.
 
 The walk is iterative over graphs; protobuf itself refuses nesting deeper than its limit.
 """
 
 from __future__ import annotations
 
-__all__ = ["check_external_data", "check_model_proto", "known_opsets"]
+__all__ = ["check_model_proto", "known_opsets", "node_label", "subgraphs"]
 
 import dataclasses
 import functools
 import math
-import os
-import re
-import stat
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 import onnx
 import onnx.defs
@@ -85,16 +78,21 @@ def _attr_type_name(kind: object) -> str:
     return onnx.AttributeProto.AttributeType.Name(int(kind))  # type: ignore[call-overload]
 
 
-def _subgraphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
-    for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.GRAPH or attr.HasField("g"):
-            yield attr.name, attr.g
-        if attr.type == onnx.AttributeProto.GRAPHS or attr.graphs:
-            for graph in attr.graphs:
-                yield attr.name, graph
+def subgraphs(
+    attributes: Sequence[onnx.AttributeProto],
+) -> list[tuple[str, onnx.GraphProto]]:
+    """The subgraphs in a node's ``attributes``, with the attribute's name."""
+    found: list[tuple[str, onnx.GraphProto]] = []
+    for attr in attributes:
+        kind = attr.type
+        if kind == onnx.AttributeProto.GRAPH or attr.HasField("g"):
+            found.append((attr.name, attr.g))
+        if kind == onnx.AttributeProto.GRAPHS or attr.graphs:
+            found.extend((attr.name, graph) for graph in attr.graphs)
+    return found
 
 
-def _node_label(node: onnx.NodeProto, version: int | None = None) -> str:
+def node_label(node: onnx.NodeProto, version: int | None = None) -> str:
     name = f"'{node.name}'" if node.name else "<unnamed>"
     op = f"{node.domain}::{node.op_type}" if node.domain not in _DEFAULT_DOMAINS else node.op_type
     return f"node {name} ({op}{'' if version is None else f'-{version}'})"
@@ -136,7 +134,7 @@ class _Checker:
             for node in graph.node:
                 defined.update(node.output)
                 used.update(node.input)
-                for _, sub in _subgraphs(node):
+                for _, sub in subgraphs(node.attribute):
                     used |= self.free_names(sub)
             used.discard("")
             self._free[key] = (graph, frozenset(used - defined))
@@ -173,7 +171,10 @@ class _Checker:
             define(sparse.values.name, -3)
         for index, node in enumerate(nodes):
             for name in node.output:
-                define(name, index)
+                if name in defined:
+                    define(name, index)  # raises
+                if name:
+                    defined[name] = index
         visible = outer | defined.keys()
         in_order = True  # every node reads only values defined before it
         for index, node in enumerate(nodes):
@@ -182,15 +183,16 @@ class _Checker:
                 if producer >= index:
                     in_order = False
                 elif producer == -1 and name and name not in visible:
-                    label = f"{_node_label(node)} in {where}"
+                    label = f"{node_label(node)} in {where}"
                     raise self.fail(f"{label} reads '{name}', which nothing defines")
-            if node.attribute:
-                for attr_name, sub in _subgraphs(node):
+            attributes = node.attribute
+            if attributes:
+                for attr_name, sub in subgraphs(attributes):
                     if any(defined.get(n, -1) >= index for n in self.free_names(sub)):
                         in_order = False
-                    label = f"{_node_label(node)} in {where}"
+                    label = f"{node_label(node)} in {where}"
                     pending.append((sub, f"subgraph '{attr_name}' of {label}", visible, opset))
-            self.node(node, where, opset)
+            self.node(node, attributes, where, opset)
         for value in graph.output:
             if value.name not in visible:
                 raise self.fail(f"output '{value.name}' of {where} is not defined anywhere")
@@ -200,14 +202,14 @@ class _Checker:
     @staticmethod
     def _definer(nodes: Sequence[onnx.NodeProto], producer: int) -> str:
         names = {-1: "a graph input", -2: "an initializer", -3: "a sparse initializer"}
-        return names[producer] if producer < 0 else _node_label(nodes[producer])
+        return names[producer] if producer < 0 else node_label(nodes[producer])
 
     def acyclic(self, graph: onnx.GraphProto, defined: dict[str, int], where: str) -> None:
         """Kahn's algorithm over the nodes, for graphs not already in topological order."""
         reads: list[set[int]] = []
         for node in graph.node:
             names = set(node.input)
-            for _, sub in _subgraphs(node):
+            for _, sub in subgraphs(node.attribute):
                 names |= self.free_names(sub)
             reads.append({defined[n] for n in names if defined.get(n, -1) >= 0})
         users: list[list[int]] = [[] for _ in reads]
@@ -227,55 +229,65 @@ class _Checker:
         if done != len(reads):
             stuck = next(i for i, count in enumerate(waiting) if count)
             raise self.fail(
-                f"{where} has a cycle: {_node_label(graph.node[stuck])} depends on its own output"
+                f"{where} has a cycle: {node_label(graph.node[stuck])} depends on its own output"
             )
 
     # -- nodes and tensors -----------------------------------------------------------
 
-    def node(self, node: onnx.NodeProto, where: str, opset: int | None) -> None:
-        for attr in node.attribute:
+    def node(
+        self,
+        node: onnx.NodeProto,
+        attributes: Sequence[onnx.AttributeProto],
+        where: str,
+        opset: int | None,
+    ) -> None:
+        """Check ``node`` (its ``attributes``, read once by the caller) against its schema."""
+        for attr in attributes:
             if attr.type in _TENSOR_ATTRS:
-                label = f"attribute '{attr.name}' of {_node_label(node)} in {where}"
+                label = f"attribute '{attr.name}' of {node_label(node)} in {where}"
                 for tensor in (
                     (attr.t,) if attr.type == onnx.AttributeProto.TENSOR else attr.tensors
                 ):
                     self.tensor(tensor, label)
-        if node.domain not in _DEFAULT_DOMAINS or opset is None:
+        domain = node.domain
+        if (domain and domain != "ai.onnx") or opset is None:
             return
         schema = _schema_rules(node.op_type, opset)
         if schema is None:
             return  # not an ONNX op at this opset: the lowering decides
-        given = len(node.input)
-        while given and not node.input[given - 1]:
+        inputs = node.input
+        given = len(inputs)
+        while given and not inputs[given - 1]:
             given -= 1
+        low, high = schema.inputs
+        outputs = len(node.output)
         problem = None
-        if not schema.inputs[0] <= given <= schema.inputs[1]:
+        if not low <= given <= high:
+            problem = f" has {given} inputs; its schema takes {low}..{high}"
+        elif not schema.outputs[0] <= outputs <= schema.outputs[1]:
             problem = (
-                f" has {given} inputs; its schema takes {schema.inputs[0]}..{schema.inputs[1]}"
-            )
-        elif not schema.outputs[0] <= len(node.output) <= schema.outputs[1]:
-            problem = (
-                f" has {len(node.output)} outputs; its schema gives "
-                f"{schema.outputs[0]}..{schema.outputs[1]}"
+                f" has {outputs} outputs; its schema gives {schema.outputs[0]}..{schema.outputs[1]}"
             )
         names = set()
-        for attr in node.attribute:
+        known = schema.attributes
+        for attr in attributes:
             if problem:
                 break
-            names.add(attr.name)
-            expected = schema.attributes.get(attr.name)
+            name = attr.name
+            names.add(name)
+            expected = known.get(name)
             if expected is None:
-                problem = f" has attribute '{attr.name}', which its schema lacks"
+                problem = f" has attribute '{name}', which its schema lacks"
             elif attr.type != expected and not attr.ref_attr_name:
                 problem = (
-                    f": attribute '{attr.name}' is {_attr_type_name(attr.type)}, "
+                    f": attribute '{name}' is {_attr_type_name(attr.type)}, "
                     f"the schema wants {_attr_type_name(expected)}"
                 )
-        missing = schema.required - names
-        if not problem and missing:
+        if not problem and schema.required and not schema.required <= names:
+            missing = schema.required - names
             problem = f" lacks required attribute '{sorted(missing)[0]}'"
         if problem:
-            label = f"{_node_label(node, schema.since_version)} in {where}"
+            label = f"{node_label(node, schema.since_version)} in {where}"
             raise self.fail(label + problem)
 
     def tensor(self, tensor: onnx.TensorProto, label: str) -> None:
@@ -328,7 +340,7 @@ class _Checker:
                     target = (node.domain, node.op_type, node.overload)
                     if target in local:
                         called.add(target)
-                    stack.extend(sub for _, sub in _subgraphs(node))
+                    stack.extend(sub for _, sub in subgraphs(node.attribute))
             calls[key] = called
         self.no_recursion(calls)
 
@@ -383,96 +395,3 @@ def check_model_proto(model: onnx.ModelProto, source: str) -> None:
     opsets = checker.opsets(list(model.opset_import), "the model")
     checker.walk(model.graph, f"graph '{model.graph.name}'", opsets.get("", opsets.get("ai.onnx")))
     checker.functions(model)
-
-
-def _all_tensors(model: onnx.ModelProto) -> Iterator[tuple[onnx.TensorProto, str]]:
-    graphs = [model.graph]
-    graphs.extend(onnx.GraphProto(node=f.node) for f in model.functions)
-    while graphs:
-        graph = graphs.pop()
-        for tensor in graph.initializer:
-            yield tensor, tensor.name
-        for sparse in graph.sparse_initializer:
-            yield sparse.values, sparse.values.name
-            yield sparse.indices, sparse.values.name + " (indices)"
-        for node in graph.node:
-            for attr in node.attribute:
-                where = f"attribute '{attr.name}' of {_node_label(node)}"
-                if attr.HasField("t"):
-                    yield attr.t, attr.t.name or where
-                for tensor in attr.tensors:
-                    yield tensor, tensor.name or where
-                if attr.HasField("sparse_tensor"):
-                    yield attr.sparse_tensor.values, where
-            graphs.extend(sub for _, sub in _subgraphs(node))
-
-
-_ABSOLUTE = re.compile(r"^([\\/]|[A-Za-z]:)")
-
-
-def _declared_bytes(tensor: onnx.TensorProto) -> int | None:
-    try:
-        dtype = ir.DataType(tensor.data_type)
-    except ValueError:
-        return None
-    if dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED):
-        return None
-    return math.ceil(math.prod(tensor.dims) * dtype.bitwidth / 8)
-
-
-def check_external_data(
-    model: onnx.ModelProto, base_dir: str | os.PathLike[str], source: str
-) -> dict[Path, int]:
-    """Check every external-data reference of ``model`` (see module docstring).
-
-    Returns, for each data file (resolved path), the end of the last byte range the
-    model declares in it: nothing past it is ever read.
-    """
-    base = Path(os.path.realpath(base_dir))
-    extents: dict[Path, int] = {}
-    for tensor, name in _all_tensors(model):
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        entries = {entry.key: entry.value for entry in tensor.external_data}
-        location = entries.get("location", "")
-
-        def fail(problem: str, name: str = name, location: str = location) -> InvalidModelError:
-            return InvalidModelError(
-                f"{source}: tensor '{name}': external data location '{location}' {problem}"
-            )
-
-        if not location or "\x00" in location:
-            raise fail("is empty or not a file name")
-        if _ABSOLUTE.match(location) or os.path.isabs(location):
-            raise fail("is an absolute path; only files in the model's directory are read")
-        if ".." in re.split(r"[\\/]", location):
-            raise fail("leaves the model's directory ('..')")
-        real = Path(os.path.realpath(base / location))
-        if base not in real.parents:
-            raise fail(f"resolves (through a symbolic link) to '{real}', outside '{base}'")
-        try:
-            offset = int(entries.get("offset", "0"))
-            length = int(entries["length"]) if "length" in entries else None
-        except ValueError:
-            raise fail("has a non-integer offset or length") from None
-        try:
-            info = os.stat(real)
-        except OSError as error:
-            raise fail(f"cannot be read: {error.strerror}") from None
-        if not stat.S_ISREG(info.st_mode):
-            raise fail("is not a regular file (a device, FIFO or directory)")
-        if info.st_nlink > 1:
-            raise fail(f"has {info.st_nlink} hard links; onnx refuses such files")
-        need = _declared_bytes(tensor)
-        if need is None:
-            raise fail(f"holds a tensor of data type {tensor.data_type}, which cannot be external")
-        if offset < 0 or (length is not None and length < 0):
-            raise fail(f"declares a negative offset or length ({offset}, {length})")
-        if length is not None and length != need:
-            raise fail(f"declares length {length}, but the tensor needs {need} bytes")
-        if offset + need > info.st_size:
-            raise fail(
-                f"declares bytes {offset}..{offset + need}, but the file holds {info.st_size}"
-            )
-        extents[real] = max(extents.get(real, 0), offset + need)
-    return extents

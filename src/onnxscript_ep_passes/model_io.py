@@ -5,7 +5,7 @@ Loading (:func:`load_model`):
 * Only a regular, non-empty file of at most 2 GiB is read, and it must parse as an ONNX
   ModelProto that passes :func:`~onnxscript_ep_passes.model_checks.check_model_proto`;
   every external-data reference must pass
-  :func:`~onnxscript_ep_passes.model_checks.check_external_data` (regular files inside the
+  :func:`~onnxscript_ep_passes.external_data_checks.check_external_data` (regular files inside the
   model's directory, declared ranges inside them). Anything else raises
   :class:`~onnxscript_ep_passes.errors.InvalidModelError` with a one-line message.
 * The model is then deserialized with onnx-ir; its external tensors stay memory-mapped
@@ -33,11 +33,16 @@ Saving (:func:`save_model`):
   after a clean failure nothing is left behind. Afterwards the data files named after OUT
   that the new graph does not use are removed (the old OUT's).
 * OUT may be the input itself; OUT may never be a file the model's tensors are read from.
+* A proto saved without building the IR (:func:`save_proto`, the plain lowering's fast
+  path) is saved the same way; :class:`ProtoSave` starts its weights copy in a thread
+  as soon as the proto is loaded, so that copying and flushing the weights overlaps the
+  lowering of its nodes.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "ProtoSave",
     "WeightsMode",
     "check_output_path",
     "data_files",
@@ -54,6 +59,7 @@ import logging
 import math
 import os
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -65,7 +71,8 @@ from google.protobuf.message import DecodeError
 from onnxscript_ep_passes._atomic import Stage as _Stage
 from onnxscript_ep_passes._onnx import iter_graphs
 from onnxscript_ep_passes.errors import InvalidModelError
-from onnxscript_ep_passes.model_checks import check_external_data, check_model_proto
+from onnxscript_ep_passes.external_data_checks import check_external_data
+from onnxscript_ep_passes.model_checks import check_model_proto
 
 logger = logging.getLogger(__name__)
 
@@ -400,37 +407,86 @@ def proto_source_file(
 def save_proto(proto: onnx.ModelProto, out: str | os.PathLike[str], source: Path | None) -> None:
     """Write ``proto`` to ``out`` atomically, as :func:`save_model` does; its external data
     (``source``, see :func:`proto_source_file`) copied up to its last declared tensor."""
-    target = Path(os.path.abspath(out))
-    if target.is_dir():
-        raise IsADirectoryError(f"output '{out}' is a directory")
-    read = set() if source is None else {Path(os.path.realpath(source))}
-    if Path(os.path.realpath(target)) in read:
-        raise ValueError(
-            f"refusing to write '{out}': the input's weights are read from that file; "
-            "choose another output path"
-        )
-    stage = _Stage(target, None)
-    stage.create()
-    try:
+    with ProtoSave(proto, out, source) as saving:
+        saving.commit(proto)
+
+
+class ProtoSave:
+    """:func:`save_proto` begun early: the weights are copied while the caller still works.
+
+    Copying the data file (and flushing it to disk) is most of saving a large model, and
+    it needs only the proto's external-data references. Creating a ``ProtoSave`` stages
+    the output and starts that copy in a thread; the caller rewrites the proto's nodes
+    meanwhile (never its initializers) and calls :meth:`commit`, which waits for the copy,
+    writes the graph and moves both into place as :func:`save_proto` does. Leaving the
+    ``with`` block without a commit (the caller declined, or an error or an interrupt)
+    stops the copy at its next chunk and removes everything staged.
+    """
+
+    def __init__(self, proto: onnx.ModelProto, out: str | os.PathLike[str], source: Path | None):
+        target = Path(os.path.abspath(out))
+        if target.is_dir():
+            raise IsADirectoryError(f"output '{out}' is a directory")
+        read = set() if source is None else {Path(os.path.realpath(source))}
+        if Path(os.path.realpath(target)) in read:
+            raise ValueError(
+                f"refusing to write '{out}': the input's weights are read from that file; "
+                "choose another output path"
+            )
+        self._stage = _Stage(target, None)
+        self._stage.create()
+        self._keep: set[str] = set()
+        self._name: str | None = None  # the staged data file
+        self._stop = threading.Event()
+        self._copier: threading.Thread | None = None
+        self._failure: BaseException | None = None
         if source is None:
-            stage.write_graph(proto)
-            stage.commit(None, set())
             return
-        real = Path(os.path.realpath(source))
-        keep = {real.name} if real.parent == stage.directory else set()
-        if real.parent == stage.directory and real.name == stage.preferred:
-            stage.write_graph(proto)  # the data file already is this output's
-            stage.commit(None, keep)
-            return
-        name = stage.data_name(read)
-        end = check_external_data(proto, real.parent, os.fspath(source))[real]
-        stage.copy_range(real, end, name)
-        for graph in iter_graphs(proto.graph):
-            for tensor in graph.initializer:
-                for entry in tensor.external_data:
-                    if entry.key == "location":
-                        entry.value = name
-        stage.write_graph(proto)
-        stage.commit(name, keep)
-    finally:
-        stage.cleanup()
+        try:
+            real = Path(os.path.realpath(source))
+            if real.parent == self._stage.directory:
+                self._keep = {real.name}
+                if real.name == self._stage.preferred:
+                    return  # the data file already is this output's
+            self._name = self._stage.data_name(read)
+            end = check_external_data(proto, real.parent, os.fspath(source))[real]
+        except BaseException:
+            self._stage.cleanup()
+            raise
+        self._copier = threading.Thread(
+            target=self._copy, args=(real, end, self._name), name="weights copy", daemon=True
+        )
+        self._copier.start()
+
+    def _copy(self, real: Path, end: int, name: str) -> None:
+        try:
+            self._stage.copy_range(real, end, name, self._stop)
+        except BaseException as error:  # raised again by commit(), in the caller's thread
+            self._failure = error
+
+    def _wait(self) -> None:
+        if self._copier is not None:
+            self._copier.join()
+            self._copier = None
+
+    def commit(self, proto: onnx.ModelProto) -> None:
+        """Wait for the copy, write ``proto`` pointing at it, move both into place."""
+        self._wait()
+        if self._failure is not None:
+            raise self._failure
+        if self._name is not None:
+            for graph in iter_graphs(proto.graph):
+                for tensor in graph.initializer:
+                    for entry in tensor.external_data:
+                        if entry.key == "location":
+                            entry.value = self._name
+        self._stage.write_graph(proto)
+        self._stage.commit(self._name, self._keep)
+
+    def __enter__(self) -> ProtoSave:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()  # a committed save has nothing left to stop
+        self._wait()
+        self._stage.cleanup()

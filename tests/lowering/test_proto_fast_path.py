@@ -80,6 +80,7 @@ def test_same_model_as_the_full_pass(target: int) -> None:
     "case",
     [
         "undeclared type",  # the full pass infers it
+        "declared twice",  # two value_info entries disagree: unknown, the full pass infers it
         "refused",  # Cast to float8e8m0: the full pass lists the refusal
         "rewrite",  # Swish-24: a hand-written expansion
         "subgraph",
@@ -99,6 +100,8 @@ def test_full_pass_cases_leave_the_proto_untouched(case: str) -> None:
         )
         extra = [oh.make_node("If", ["cond"], ["z"], then_branch=branch, else_branch=branch)]
     proto = _model(value_info=case != "undeclared type", extra=extra)
+    if case == "declared twice":
+        proto.graph.value_info.append(tensor_info("t", F16, [6, 2]))
     if case == "function":
         proto.functions.append(
             oh.make_function(
@@ -158,3 +161,33 @@ def test_agrees_with_the_full_pass_on_every_step() -> None:
             ], entry
             assert fast.ir_version == expected.ir_version, entry
     assert fast_count > 100  # the fast path is the common case
+
+
+@pytest.mark.parametrize("odd", [None, "input type", "attribute"])
+def test_nodes_alike_share_a_verdict_and_only_they(odd: str | None) -> None:
+    """Cast-24 nodes with the same attributes and value types share one adapter run; a
+    node differing only in its input's type (float8e8m0, refused) or in an attribute
+    (``to`` float8e8m0, refused) gets its own, so the fast path declines the model."""
+    f8 = TensorProto.FLOAT8E8M0
+    casts = [
+        oh.make_node("Cast", [f"x{i}"], [f"y{i}"], name=f"cast{i}", to=F, round_mode="up")
+        for i in range(4)
+    ]
+    inputs = [tensor_info(f"x{i}", F16, [3]) for i in range(4)]
+    outputs = [tensor_info(f"y{i}", F, [3]) for i in range(4)]
+    if odd == "input type":
+        inputs[2] = tensor_info("x2", f8, [3])
+    elif odd == "attribute":
+        casts[2] = oh.make_node("Cast", ["x2"], ["y2"], name="cast2", to=f8, round_mode="up")
+        outputs[2] = tensor_info("y2", f8, [3])
+    proto = make_model(casts, inputs, outputs, 24)
+    before = proto.SerializeToString()
+    if odd is not None:
+        assert not try_lower_proto(proto, 23)
+        assert proto.SerializeToString() == before
+        return
+    expected = _full_pass(proto, 23)
+    assert try_lower_proto(proto, 23)
+    assert _nodes(proto) == _nodes(expected)
+    assert all(sorted(a.name for a in n.attribute) == ["to"] for n in proto.graph.node)
+    onnx.checker.check_model(proto, full_check=True)

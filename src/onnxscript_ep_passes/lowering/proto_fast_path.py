@@ -34,6 +34,8 @@ from __future__ import annotations
 
 __all__ = ["try_lower_proto"]
 
+import collections
+import functools
 import logging
 
 import onnx
@@ -56,33 +58,64 @@ _SUBGRAPH_ATTRIBUTES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
 class _Declared:
-    """The types the proto declares, by value name (a conflicting name counts as unknown)."""
+    """The types the proto declares, by value name (a conflicting name counts as unknown).
+
+    Looked up lazily: a model declares a type for every intermediate value, and only the
+    values of the nodes a step changes are ever asked for.
+    """
 
     def __init__(self, graph: onnx.GraphProto) -> None:
-        self.protos: dict[str, onnx.TypeProto | None] = {}
-        for info in (*graph.input, *graph.output, *graph.value_info):
-            self._declare(info.name, info.type)
-        for tensor in graph.initializer:
-            type_ = onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
-            self._declare(tensor.name, type_)
+        infos = [*graph.input, *graph.output, *graph.value_info]
+        self._infos = {info.name: info for info in infos}
+        self._tensors = {tensor.name: tensor for tensor in graph.initializer}
+        self._repeated: set[str] = set()  # declared more than once: compared on lookup
+        if len(self._infos) < len(infos):
+            counts = collections.Counter(info.name for info in infos)
+            self._repeated = {name for name, count in counts.items() if count > 1}
+        self._repeated.update(name for name in self._tensors if name in self._infos)
+        self._all = infos
+        self._protos: dict[str, onnx.TypeProto | None] = {}
         self._strings: dict[str, str | None] = {}
+        self._keys: dict[str, bytes | None] = {}
 
-    def _declare(self, name: str, type_: onnx.TypeProto) -> None:
-        if name in self.protos and self.protos[name] != type_:
-            self.protos[name] = None  # declared twice, differently: the full pass decides
-        else:
-            self.protos[name] = type_
+    def proto(self, name: str) -> onnx.TypeProto | None:
+        """The type ``name`` is declared with; None when undeclared or declared differently
+        twice (then the full pass decides)."""
+        if name in self._protos:
+            return self._protos[name]
+        declared: list[onnx.TypeProto] = []
+        if name in self._repeated:
+            declared = [info.type for info in self._all if info.name == name]
+        elif name in self._infos:
+            declared = [self._infos[name].type]
+        tensor = self._tensors.get(name)
+        if tensor is not None:
+            declared.append(onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims)))
+        found = declared[0] if declared and all(t == declared[0] for t in declared) else None
+        self._protos[name] = found
+        return found
 
     def type_string(self, name: str) -> str | None:
         if name not in self._strings:
-            proto = self.protos.get(name)
-            self._strings[name] = type_string(
-                None if proto is None else ir.serde.deserialize_type_proto_for_type(proto)
-            )
+            proto = self.proto(name)
+            if proto is not None and proto.WhichOneof("value") == "tensor_type":
+                found = _tensor_type_string(proto.tensor_type.elem_type)
+            else:
+                found = type_string(
+                    None if proto is None else ir.serde.deserialize_type_proto_for_type(proto)
+                )
+            self._strings[name] = found
         return self._strings[name]
 
+    def key(self, name: str) -> bytes | None:
+        """What an adapter can learn about value ``name`` (its declared type), as bytes."""
+        if name not in self._keys:
+            proto = self.proto(name)
+            self._keys[name] = None if proto is None else proto.SerializeToString()
+        return self._keys[name]
+
     def value(self, name: str) -> ir.Value:
-        proto = self.protos.get(name)
+        proto = self.proto(name)
         if proto is None:
             return ir.Value(name=name)
         return ir.Value(
@@ -90,6 +123,14 @@ class _Declared:
             type=ir.serde.deserialize_type_proto_for_type(proto),
             shape=ir.serde.deserialize_type_proto_for_shape(proto),
         )
+
+
+@functools.cache
+def _tensor_type_string(elem_type: int) -> str | None:
+    """``type_string`` of a tensor type proto with element type ``elem_type``."""
+    proto = onnx.TypeProto()
+    proto.tensor_type.elem_type = elem_type
+    return type_string(ir.serde.deserialize_type_proto_for_type(proto))
 
 
 def _types_allowed(node: onnx.NodeProto, version: int, declared: _Declared) -> bool:
@@ -104,13 +145,56 @@ def _types_allowed(node: onnx.NodeProto, version: int, declared: _Declared) -> b
     return True
 
 
+# What a hand-written adapter did to a node alone: None when the full pass must run it,
+# else the attributes it kept (None: all) and the inputs it kept (a count).
+_Verdict = tuple[frozenset[str] | None, int] | None
+
+
 def _adapter_alone(
     node_proto: onnx.NodeProto,
     entry: AdapterEntry,
     steps: tuple[int, int | None, int],
     declared: _Declared,
+    verdicts: dict[tuple[object, ...], _Verdict],
 ) -> bool:
-    """Run a hand-written adapter on an IR copy of the node alone (rule 1)."""
+    """Run a hand-written adapter on an IR copy of the node alone (rule 1), and apply
+    what it did to ``node_proto``. The verdict depends only on the node's op, attributes
+    and declared value types (and which inputs share a value), so nodes alike share one
+    run (``verdicts``)."""
+    key = (steps, _signature(node_proto, declared))
+    if key not in verdicts:
+        verdicts[key] = _run_adapter(node_proto, entry, steps, declared)
+    verdict = verdicts[key]
+    if verdict is None:
+        return False
+    kept_attributes, kept_inputs = verdict
+    if kept_attributes is not None:
+        kept = [a for a in node_proto.attribute if a.name in kept_attributes]
+        del node_proto.attribute[:]
+        node_proto.attribute.extend(kept)
+    del node_proto.input[kept_inputs:]
+    return True
+
+
+def _signature(node: onnx.NodeProto, declared: _Declared) -> tuple[object, ...]:
+    """All an adapter can see of ``node`` alone (:func:`_run_adapter`), as a key."""
+    bare = onnx.NodeProto(op_type=node.op_type, domain=node.domain, overload=node.overload)
+    bare.attribute.extend(node.attribute)
+    first: dict[str, int] = {}
+    inputs = tuple(
+        (first.setdefault(name, index), declared.key(name)) if name else None
+        for index, name in enumerate(node.input)
+    )
+    outputs = tuple((bool(name), declared.key(name)) for name in node.output)
+    return bare.SerializeToString(), inputs, outputs
+
+
+def _run_adapter(
+    node_proto: onnx.NodeProto,
+    entry: AdapterEntry,
+    steps: tuple[int, int | None, int],
+    declared: _Declared,
+) -> _Verdict:
     version, previous, target = steps
     values: dict[str, ir.Value] = {}
     inputs = [
@@ -137,23 +221,18 @@ def _adapter_alone(
     try:
         result = entry.adapter(node, ctx)
     except NodeRefusedError:
-        return False
+        return None
     if result is not None or ctx.built:
-        return False
+        return None
     after = dict(node.attributes)
     if any(before.get(name) is not attr for name, attr in after.items()):
-        return False  # an attribute was added or replaced: the full pass does that
+        return None  # an attribute was added or replaced: the full pass does that
     kept_inputs = tuple(node.inputs)
     if kept_inputs != inputs_before[: len(kept_inputs)] or any(
         v is not None for v in inputs_before[len(kept_inputs) :]
     ):
-        return False  # inputs rewired: the full pass does that
-    if len(after) != len(before):
-        kept = [a for a in node_proto.attribute if a.name in after]
-        del node_proto.attribute[:]
-        node_proto.attribute.extend(kept)
-    del node_proto.input[len(kept_inputs) :]
-    return True
+        return None  # inputs rewired: the full pass does that
+    return (frozenset(after) if len(after) != len(before) else None), len(kept_inputs)
 
 
 def _node_steps_down(
@@ -162,6 +241,7 @@ def _node_steps_down(
     target: int,
     declared: _Declared,
     registry: AdapterRegistry,
+    verdicts: dict[tuple[object, ...], _Verdict],
 ) -> onnx.NodeProto | bool:
     """False when the full pass must run; else True, or the node as the adapters left
     it (a copy: the proto changes only once every node succeeded)."""
@@ -182,7 +262,7 @@ def _node_steps_down(
             if work is node:
                 work = onnx.NodeProto()
                 work.CopyFrom(node)
-            if not _adapter_alone(work, entry, (version, previous, target), declared):
+            if not _adapter_alone(work, entry, (version, previous, target), declared, verdicts):
                 return False
         version = previous
     return True if work is node or work == node else work
@@ -203,8 +283,9 @@ def try_lower_proto(
     declared = _Declared(graph)
     steps: dict[tuple[str, str], bool] = {}  # (domain, op) -> unchanged at the target
     edited: list[tuple[onnx.NodeProto, onnx.NodeProto]] = []
+    verdicts: dict[tuple[object, ...], _Verdict] = {}
     for node in graph.node:
-        if any(a.type in _SUBGRAPH_ATTRIBUTES for a in node.attribute):
+        if node.attribute and any(a.type in _SUBGRAPH_ATTRIBUTES for a in node.attribute):
             return False
         if not schemas.is_default_domain(node.domain):
             continue
@@ -215,7 +296,7 @@ def try_lower_proto(
             steps[key] = unchanged
         if steps[key]:
             continue
-        stepped = _node_steps_down(node, source, target, declared, registry)
+        stepped = _node_steps_down(node, source, target, declared, registry, verdicts)
         if stepped is False:
             return False
         if isinstance(stepped, onnx.NodeProto):
