@@ -19,8 +19,8 @@ only what the rewrites change and undoes them. Rules:
    alone (tests/test_checkpoint.py saves real ones and compares). :meth:`Checkpoint.restore`
    raises when it finds functions or opset imports changed, rather than restore half a
    model.
-4. A checkpoint is restored at most once, and checkpoints nest (restore the inner one
-   first).
+4. A checkpoint is restored at most once (it lets go of what it recorded then), and
+   checkpoints nest (restore the inner one first).
 """
 
 from __future__ import annotations
@@ -226,6 +226,9 @@ class Checkpoint:
         # Inner graphs first: a subgraph built since the checkpoint goes with its node.
         for state in reversed(self._graphs):
             state.restore()
+        # What was recorded (tuples per node and value) is not needed again (rule 4): freed
+        # now, a young-generation collection right after the restore does not scan it.
+        self._graphs = []
 
 
 def checkpoint(model: ir.Model) -> Checkpoint:
