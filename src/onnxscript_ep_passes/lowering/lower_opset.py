@@ -71,6 +71,7 @@ from onnxscript_ep_passes.lowering.opset_imports import (
 from onnxscript_ep_passes.lowering.ort_kernels import cpu_has_kernel, ort_inlines, ort_only
 from onnxscript_ep_passes.lowering.registry import DEFAULT_REGISTRY, AdapterRegistry
 from onnxscript_ep_passes.lowering.types import TypeOracle
+from onnxscript_ep_passes.lowering.work import prepared_values, stepping_nodes, walk
 
 logger = logging.getLogger(__name__)
 
@@ -125,26 +126,24 @@ class _Lowering:
         return scopes
 
     def run(self) -> None:
+        main_nodes, subgraphs = walk(self.model.graph)
         self._used_initializers = [
             (graph, value)
-            for graph in (self.model.graph, *self.model.graph.subgraphs())
+            for graph in (self.model.graph, *subgraphs)
             for value in graph.initializers.values()
             if value.uses()
         ]
         work = [
-            (node, node.version if node.version is not None else scope.opset, scope.label)
+            (node, opset, scope.label)
             for scope in self.scopes()
-            for node in ir.traversal.RecursiveGraphIterator(scope.graph)
-            if schemas.is_default_domain(node.domain)
+            for node, opset in stepping_nodes(
+                main_nodes if scope.graph is self.model.graph else walk(scope.graph)[0],
+                scope.opset,
+                self.target,
+            )
         ]
         # Types are inferred from the model as written, before the first change.
-        self.oracle.prepare(
-            value
-            for node, opset, _ in work
-            if (schemas.since_version(node.op_type, opset, node.domain) or 0) > self.target
-            for value in (*node.inputs, *node.outputs)
-            if value is not None and value.name  # not an omitted optional output
-        )
+        self.oracle.prepare(*prepared_values(work, self.target, self.registry))
         for node, opset, label in work:
             self.lower_node(node, opset, label)
 

@@ -21,6 +21,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxscript_ep_passes.lowering import schemas
+from onnxscript_ep_passes.lowering.work import walk
 
 
 @functools.cache
@@ -51,7 +52,7 @@ def relabel(model: ir.Model, target: int) -> None:
         opset = default_opset(graph.opset_imports)
         if opset is not None and opset > target:
             _set_default_opset(graph.opset_imports, target)
-        for node in ir.traversal.RecursiveGraphIterator(graph):
+        for node in walk(graph)[0]:
             if node.version is not None and schemas.is_default_domain(node.domain):
                 node.version = None
     model.ir_version = lowered_ir_version(model.opset_imports, model.ir_version)

@@ -9,10 +9,11 @@ Rules:
 * Inference must see the model as the user wrote it: a half-lowered model (a replaced
   node left without output names until commit, nodes built at a lower opset than the
   model declares) makes ONNX's inference fail as a whole. A pass that will change the
-  model calls :meth:`TypeOracle.prepare` with the values it may ask about first; the
-  inference then runs before the first change, and only when one of them lacks a type
-  or shape. After that no model-wide inference runs: values built later get theirs
-  from per-node inference.
+  model calls :meth:`TypeOracle.prepare` with the values it may ask about first (those
+  whose type it reads, and those whose type and shape it reads); the inference then
+  runs before the first change, and only when one of them lacks what is read. After
+  that no model-wide inference runs: values built later get theirs from per-node
+  inference.
 * Model-local function bodies carry no types: they are inferred per call site, from the
   types at the call site's inputs; a value gets a type only when every call site agrees.
 * Nodes built by adapters get their output types from ONNX's per-node inference.
@@ -33,6 +34,7 @@ __all__ = [
     "value_type_proto",
 ]
 
+import itertools
 import logging
 import math
 from collections.abc import Callable, Iterable
@@ -141,17 +143,20 @@ class TypeOracle:
         self._graph_owner: dict[ir.Graph, ir.Function] | None = None
         self._frozen = False  # set by prepare(): the model may change from now on
 
-    def prepare(self, values: Iterable[ir.Value]) -> None:
-        """Infer now (before the model changes) if any of ``values`` lacks a type or shape.
+    def prepare(self, typed: Iterable[ir.Value], shaped: Iterable[ir.Value] = ()) -> None:
+        """Infer now (before the model changes) if a value of ``typed`` lacks a type, or
+        one of ``shaped`` a type or a shape.
 
         Values of a model-local function prepare that function's per-call inference; the
         others the whole-model inference.
         """
         functions: dict[ir.OperatorIdentifier, ir.Function] = {}
         whole_model = False
-        for value in values:
-            if known_type(value.type) and value.shape is not None:
-                continue
+        wanting = itertools.chain(
+            (v for v in typed if not known_type(v.type)),
+            (v for v in shaped if v.shape is None or not known_type(v.type)),
+        )
+        for value in wanting:
             producer = value.producer()
             function = self._owning_function(producer.graph if producer else value.graph)
             if function is not None:

@@ -1,0 +1,118 @@
+"""What one lowering run visits, and which of the model's types and shapes it reads.
+
+Rules:
+
+* :func:`walk` lists a graph's nodes in onnx-ir's ``RecursiveGraphIterator`` order (each
+  node, then the nodes of its subgraphs, depth first) and its subgraphs in
+  ``Graph.subgraphs()`` order. It reads a node's attribute dict directly and enters only
+  GRAPH/GRAPHS attributes, so a model of 200k nodes is walked without a generator per
+  node.
+* :func:`stepping_nodes` keeps, in that order, only the default-domain nodes a step may
+  apply to: those whose schema at their opset is newer than the target, and those with
+  no schema (carried or refused by the pass). Any other node is at the target already;
+  the pass would look it up and leave it alone.
+* :func:`prepared_values` names the values whose types the steps read from the model as
+  it is before the first change. A type rule reads only its node's types. A hand-written
+  adapter (and every node it builds) may read its node's inputs' shapes too: the pass
+  lends them from inference. A value an adapter builds is typed by per-node inference;
+  one that replaces a node's output takes the old value's type and shape when it has
+  none, so a later node's rewired input is known exactly when the old value was. Only
+  for these values can the model-wide inference change what an adapter sees, so it runs
+  only when one of them lacks what its readers need (:meth:`.TypeOracle.prepare`).
+  Within :func:`every_shape_asked` every value of a stepping node counts as read with
+  its shape (the rule before this one, which inferred more often): tests compare the
+  two.
+"""
+
+from __future__ import annotations
+
+__all__ = ["every_shape_asked", "prepared_values", "stepping_nodes", "walk"]
+
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
+
+import onnx_ir as ir
+
+from onnxscript_ep_passes.lowering import schemas
+from onnxscript_ep_passes.lowering.registry import AdapterRegistry
+
+_GRAPH = ir.AttributeType.GRAPH
+_GRAPHS = ir.AttributeType.GRAPHS
+_every_shape = [False]
+
+
+@contextlib.contextmanager
+def every_shape_asked() -> Iterator[None]:
+    """Within the block, every value of a stepping node needs a type and a shape."""
+    previous, _every_shape[0] = _every_shape[0], True
+    try:
+        yield
+    finally:
+        _every_shape[0] = previous
+
+
+def walk(graph: ir.Graph | ir.Function) -> tuple[list[ir.Node], list[ir.Graph]]:
+    """Every node of ``graph`` and its subgraphs, and every subgraph, in traversal order."""
+    nodes: list[ir.Node] = []
+    subgraphs: list[ir.Graph] = []
+    _walk(graph, nodes, subgraphs)
+    return nodes, list(dict.fromkeys(subgraphs))
+
+
+def _walk(graph: Iterable[ir.Node], nodes: list[ir.Node], subgraphs: list[ir.Graph]) -> None:
+    for node in graph:
+        nodes.append(node)
+        for attr in node.attributes.data.values():
+            kind = attr.type
+            if (kind is not _GRAPH and kind is not _GRAPHS) or attr.is_ref():
+                continue
+            for sub in attr.value if kind is _GRAPHS else (attr.value,):
+                subgraphs.append(sub)
+                _walk(sub, nodes, subgraphs)
+
+
+def stepping_nodes(nodes: Iterable[ir.Node], opset: int, target: int) -> list[tuple[ir.Node, int]]:
+    """The default-domain nodes a step may apply to, each with the opset it is read at."""
+    kept = []
+    for node in nodes:
+        if not schemas.is_default_domain(node.domain):
+            continue
+        version = node.version if node.version is not None else opset
+        start = schemas.since_version(node.op_type, version, node.domain)
+        if start is None or start > target:
+            kept.append((node, version))
+    return kept
+
+
+def prepared_values(
+    work: Sequence[tuple[ir.Node, int, str]], target: int, registry: AdapterRegistry
+) -> tuple[list[ir.Value], list[ir.Value]]:
+    """The values whose types (first list), or types and shapes (second), the steps read."""
+    typed: list[ir.Value] = []
+    shaped: list[ir.Value] = []
+    lends: dict[tuple[str, str, int], bool] = {}
+    for node, opset, _ in work:
+        start = schemas.since_version(node.op_type, opset, node.domain)
+        if start is None or start <= target:
+            continue
+        key = (node.domain, node.op_type, start)
+        if key not in lends:
+            lends[key] = _every_shape[0] or _lends_shapes(*key, target, registry)
+        inputs = (v for v in node.inputs if v is not None and v.name)
+        (shaped if lends[key] else typed).extend(inputs)
+        outputs = (v for v in node.outputs if v.name)  # not an omitted optional output
+        (shaped if _every_shape[0] else typed).extend(outputs)
+    return typed, shaped
+
+
+def _lends_shapes(
+    domain: str, op_type: str, start: int, target: int, registry: AdapterRegistry
+) -> bool:
+    """Whether a step from ``start`` down to ``target`` is anything but a type rule."""
+    version: int | None = start
+    while version is not None and version > target:
+        entry = registry.lookup(domain, op_type, version)
+        if entry is None or not entry.derived:
+            return True
+        version = schemas.since_version(op_type, version - 1, domain)
+    return False

@@ -1,0 +1,191 @@
+"""What a lowering run visits, and the model-wide inference it skips.
+
+The walk lists what onnx-ir's ``RecursiveGraphIterator`` and ``Graph.subgraphs()`` list,
+in the same order. The shortcut (inference only when a value lacks what its readers
+need) lowers real models (the benchmark decoder, torch exports of tiny LLMs, a model with
+a Loop and nested functions) step by step to byte-identical protos as the rule that asks
+every value for its shape, while skipping inference that rule runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import onnx
+import onnx.helper as oh
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto
+
+from onnxscript_ep_passes.errors import DowngradeError
+from onnxscript_ep_passes.lowering import types, work
+from onnxscript_ep_passes.lowering.lower_opset import run_lowering
+from onnxscript_ep_passes.lowering.opset_imports import default_opset
+from onnxscript_ep_passes.lowering.registry import DEFAULT_REGISTRY
+from tests.ep.models import if_model, loop_and_nested_functions_model
+from tests.harness import make_model, tensor_info
+from tests.torch_models import llm_export
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+F = TensorProto.FLOAT
+
+
+def _nested_if(opset: int) -> onnx.ModelProto:
+    """An If whose then-branch holds another If (and an empty else-branch graph)."""
+    inner_then = oh.make_graph(
+        [oh.make_node("Neg", ["r"], ["a"], name="inner_neg")],
+        "inner_then",
+        [],
+        [oh.make_tensor_value_info("a", F, None)],
+    )
+    inner_else = oh.make_graph(
+        [oh.make_node("Relu", ["r"], ["a2"], name="inner_relu")],
+        "inner_else",
+        [],
+        [oh.make_tensor_value_info("a2", F, None)],
+    )
+    outer_then = oh.make_graph(
+        [
+            oh.make_node(
+                "If", ["C"], ["b"], then_branch=inner_then, else_branch=inner_else, name="if2"
+            )
+        ],
+        "outer_then",
+        [],
+        [oh.make_tensor_value_info("b", F, None)],
+    )
+    outer_else = oh.make_graph([], "outer_else", [], [oh.make_tensor_value_info("r", F, None)])
+    nodes = [
+        oh.make_node("Relu", ["X"], ["r"], name="relu"),
+        oh.make_node("If", ["C"], ["Y"], then_branch=outer_then, else_branch=outer_else),
+        oh.make_node("Sigmoid", ["Y"], ["Z"], name="sigmoid"),
+    ]
+    graph = oh.make_graph(
+        nodes,
+        "g",
+        [tensor_info("X", F, [2]), tensor_info("C", TensorProto.BOOL, [])],
+        [oh.make_tensor_value_info("Z", F, None)],
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize(
+    "proto",
+    [_nested_if(24), if_model(24), loop_and_nested_functions_model(24)],
+    ids=["nested_if", "if", "loop_and_functions"],
+)
+def test_walk_lists_what_onnx_ir_iterates(proto: onnx.ModelProto) -> None:
+    model = ir.from_proto(proto)
+    graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
+    for graph in graphs:
+        nodes, subgraphs = work.walk(graph)
+        assert nodes == list(ir.traversal.RecursiveGraphIterator(graph))
+        assert subgraphs == list(graph.subgraphs())
+    assert work.walk(model.graph)[1]
+
+
+def test_stepping_nodes_are_those_a_step_may_apply_to() -> None:
+    nodes = [
+        oh.make_node("Reshape", ["X", "s"], ["r"], name="reshape"),  # Reshape-24 > 22
+        oh.make_node("Relu", ["r"], ["a"], name="relu"),  # Relu-14: at 22 already
+        oh.make_node("SimplifiedLayerNormalization", ["a", "w"], ["n"], name="ort_only"),
+        oh.make_node("Custom", ["n"], ["c"], domain="custom", name="custom"),
+        oh.make_node("Cos", ["c"], ["Y"], name="cos"),  # Cos-22 is not above 22
+    ]
+    proto = make_model(
+        nodes,
+        [
+            tensor_info("X", F, [2, 3]),
+            tensor_info("s", TensorProto.INT64, [1]),
+            tensor_info("w", F, [6]),
+        ],
+        [tensor_info("Y", F, [6])],
+        opset=24,
+        extra_opsets={"custom": 1},
+    )
+    model = ir.from_proto(proto)
+    kept = work.stepping_nodes(model.graph, 24, 22)
+    assert [(node.name, opset) for node, opset in kept] == [("reshape", 24), ("ort_only", 24)]
+    reshape = next(n for n in model.graph if n.name == "reshape")
+    reshape.version = 21  # a per-node opset: Reshape-21, at the target already
+    assert [n.name for n, _ in work.stepping_nodes(model.graph, 24, 22)] == ["ort_only"]
+    reshape.version = 23
+    assert work.stepping_nodes(model.graph, 24, 22)[0] == (reshape, 23)
+
+
+def test_type_rules_lend_no_shapes_and_adapters_do() -> None:
+    # Reshape 24 -> 18 is type rules only; Cast 24 -> 18 has hand-written steps.
+    reshape = oh.make_node("Reshape", ["X", "s"], ["r"], name="reshape")
+    cast = oh.make_node("Cast", ["r"], ["Y"], to=TensorProto.FLOAT16, name="cast")
+    proto = make_model(
+        [reshape, cast],
+        [tensor_info("X", F, [2, 3]), tensor_info("s", TensorProto.INT64, [1])],
+        [tensor_info("Y", TensorProto.FLOAT16, [6])],
+        opset=24,
+    )
+    model = ir.from_proto(proto)
+    steps = [(node, 24, "graph") for node in model.graph]
+    typed, shaped = work.prepared_values(steps, 18, DEFAULT_REGISTRY)
+    by_name = {v.name for v in typed}, {v.name for v in shaped}
+    assert by_name == ({"X", "s", "r", "Y"}, {"r"})
+    with work.every_shape_asked():
+        typed, shaped = work.prepared_values(steps, 18, DEFAULT_REGISTRY)
+    assert (typed, {v.name for v in shaped}) == ([], {"X", "s", "r", "Y"})
+
+
+def _decoder(tmp_path: Path) -> onnx.ModelProto:
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import make_decoder
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    path = tmp_path / "decoder.onnx"
+    make_decoder.build(path, 200, 200_000)
+    return onnx.load(path)
+
+
+MODELS: dict[str, Callable[[Path], onnx.ModelProto]] = {
+    "decoder": _decoder,
+    "llama": lambda _: llm_export("llama", 24),
+    "gemma3_kv": lambda _: llm_export("gemma3", 24, kv_cache=True),
+    "loop_and_functions": lambda _: loop_and_nested_functions_model(24),
+}
+
+
+def _steps(proto: onnx.ModelProto) -> list[bytes | str]:
+    """The model lowered one opset at a time down to 18, serialized after each step."""
+    model = ir.from_proto(proto)
+    source = default_opset(model.opset_imports)
+    assert source is not None
+    results: list[bytes | str] = []
+    for target in range(source - 1, 17, -1):
+        try:
+            run_lowering(model, target)
+        except DowngradeError as error:
+            results.append(str(error))
+            break
+        results.append(ir.to_proto(model).SerializeToString())
+    return results
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_skipped_inference_changes_nothing(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inferred = [0]  # model-wide inferences run
+    original = types.TypeOracle._infer_model
+
+    def counting(self: types.TypeOracle) -> dict[str, onnx.TypeProto]:
+        inferred[0] += 1
+        return original(self)
+
+    monkeypatch.setattr(types.TypeOracle, "_infer_model", counting)
+    proto = MODELS[name](tmp_path)
+    with work.every_shape_asked():
+        expected = _steps(proto)
+    asked_every_shape, inferred[0] = inferred[0], 0
+    assert _steps(proto) == expected
+    if name != "loop_and_functions":  # its values all declare types and shapes
+        assert inferred[0] < asked_every_shape
