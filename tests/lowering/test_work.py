@@ -21,9 +21,14 @@ from onnx import TensorProto
 
 from onnxscript_ep_passes.errors import DowngradeError
 from onnxscript_ep_passes.lowering import types, work
+from onnxscript_ep_passes.lowering.context import DowngradeContext
 from onnxscript_ep_passes.lowering.lower_opset import run_lowering
 from onnxscript_ep_passes.lowering.opset_imports import default_opset
-from onnxscript_ep_passes.lowering.registry import DEFAULT_REGISTRY
+from onnxscript_ep_passes.lowering.registry import (
+    DEFAULT_REGISTRY,
+    AdapterRegistry,
+    register_downgrade,
+)
 from tests.ep.models import if_model, loop_and_nested_functions_model
 from tests.harness import make_model, tensor_info
 from tests.torch_models import llm_export
@@ -115,24 +120,53 @@ def test_stepping_nodes_are_those_a_step_may_apply_to() -> None:
     assert work.stepping_nodes(model.graph, 24, 22)[0] == (reshape, 23)
 
 
-def test_type_rules_lend_no_shapes_and_adapters_do() -> None:
-    # Reshape 24 -> 18 is type rules only; Cast 24 -> 18 has hand-written steps.
-    reshape = oh.make_node("Reshape", ["X", "s"], ["r"], name="reshape")
-    cast = oh.make_node("Cast", ["r"], ["Y"], to=TensorProto.FLOAT16, name="cast")
+def test_type_rules_and_cast_lend_no_shapes_and_other_adapters_do() -> None:
+    # Reshape 24 -> 18 is type rules only; ReduceMax-20 has a rewrite; Cast-24 and
+    # Cast-19 only drop an attribute and check types.
+    nodes = [
+        oh.make_node("Reshape", ["X", "s"], ["r"], name="reshape"),
+        oh.make_node("ReduceMax", ["r"], ["m"], name="reduce"),
+        oh.make_node("Cast", ["m"], ["Y"], to=TensorProto.FLOAT16, name="cast"),
+    ]
     proto = make_model(
-        [reshape, cast],
+        nodes,
         [tensor_info("X", F, [2, 3]), tensor_info("s", TensorProto.INT64, [1])],
-        [tensor_info("Y", TensorProto.FLOAT16, [6])],
+        [tensor_info("Y", TensorProto.FLOAT16, [])],
         opset=24,
     )
     model = ir.from_proto(proto)
     steps = [(node, 24, "graph") for node in model.graph]
-    typed, shaped = work.prepared_values(steps, 18, DEFAULT_REGISTRY)
-    by_name = {v.name for v in typed}, {v.name for v in shaped}
-    assert by_name == ({"X", "s", "r", "Y"}, {"r"})
+
+    def names(registry: AdapterRegistry, target: int) -> tuple[set[str | None], ...]:
+        typed, shaped = work.prepared_values(steps, target, registry)
+        return {v.name for v in typed}, {v.name for v in shaped}
+
+    assert names(DEFAULT_REGISTRY, 18) == ({"X", "s", "r", "m", "Y"}, {"r"})
     with work.every_shape_asked():
-        typed, shaped = work.prepared_values(steps, 18, DEFAULT_REGISTRY)
-    assert (typed, {v.name for v in shaped}) == ([], {"X", "s", "r", "Y"})
+        assert names(DEFAULT_REGISTRY, 18) == (set(), {"X", "s", "r", "m", "Y"})
+    registry = AdapterRegistry()
+    registry.register("Cast", 24, lambda node, ctx: None, kind="attribute")
+    assert names(registry, 23) == ({"X", "s", "r", "Y"}, {"m"})
+
+
+def test_an_adapter_lent_no_shapes_may_build_no_node() -> None:
+    registry = AdapterRegistry()
+
+    @register_downgrade("Reshape", 24, registry=registry, lend_shapes=False)
+    def reshape_24(node: ir.Node, ctx: DowngradeContext) -> list[ir.Value | None]:
+        return [ctx.op("Identity", [ctx.op("Reshape", list(node.inputs))])]
+
+    proto = make_model(
+        [oh.make_node("Reshape", ["X", "s"], ["Y"], name="reshape")],
+        [tensor_info("X", F, [2, 3]), tensor_info("s", TensorProto.INT64, [1])],
+        [tensor_info("Y", F, [6])],
+        opset=24,
+    )
+    model = ir.from_proto(proto)
+    with pytest.raises(AssertionError, match="Reshape-24 is lent no shapes"):
+        run_lowering(model, 23, registry=registry)
+    unchanged = ir.to_proto(ir.from_proto(proto)).SerializeToString()
+    assert ir.to_proto(model).SerializeToString() == unchanged
 
 
 def _decoder(tmp_path: Path) -> onnx.ModelProto:

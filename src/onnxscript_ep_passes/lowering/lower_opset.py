@@ -57,7 +57,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxscript_ep_passes.errors import DowngradeError, Refusal, built_node_reason
-from onnxscript_ep_passes.lowering import schemas
+from onnxscript_ep_passes.lowering import schemas, work
 from onnxscript_ep_passes.lowering.context import DowngradeContext, NodeNames, NodeRefusedError
 from onnxscript_ep_passes.lowering.expansion import function_body_version, meaning_changed
 from onnxscript_ep_passes.lowering.function_body import expand_function_body
@@ -71,7 +71,6 @@ from onnxscript_ep_passes.lowering.opset_imports import (
 from onnxscript_ep_passes.lowering.ort_kernels import cpu_has_kernel, ort_inlines, ort_only
 from onnxscript_ep_passes.lowering.registry import DEFAULT_REGISTRY, AdapterRegistry
 from onnxscript_ep_passes.lowering.types import TypeOracle
-from onnxscript_ep_passes.lowering.work import prepared_values, stepping_nodes, walk
 
 logger = logging.getLogger(__name__)
 
@@ -126,25 +125,25 @@ class _Lowering:
         return scopes
 
     def run(self) -> None:
-        main_nodes, subgraphs = walk(self.model.graph)
+        main_nodes, subgraphs = work.walk(self.model.graph)
         self._used_initializers = [
             (graph, value)
             for graph in (self.model.graph, *subgraphs)
             for value in graph.initializers.values()
             if value.uses()
         ]
-        work = [
+        visits = [
             (node, opset, scope.label)
             for scope in self.scopes()
-            for node, opset in stepping_nodes(
-                main_nodes if scope.graph is self.model.graph else walk(scope.graph)[0],
+            for node, opset in work.stepping_nodes(
+                main_nodes if scope.graph is self.model.graph else work.walk(scope.graph)[0],
                 scope.opset,
                 self.target,
             )
         ]
         # Types are inferred from the model as written, before the first change.
-        self.oracle.prepare(*prepared_values(work, self.target, self.registry))
-        for node, opset, label in work:
+        self.oracle.prepare(*work.prepared_values(visits, self.target, self.registry))
+        for node, opset, label in visits:
             self.lower_node(node, opset, label)
 
     def commit(self) -> tuple[list[ir.Node], list[ir.Node]]:
@@ -192,7 +191,8 @@ class _Lowering:
             changed = None
             if not entry.derived:
                 changed = self.journal.snapshot_node(node)
-                self._lend_inferred_shapes(node)
+                if entry.lend_shapes or work.asks_every_shape():
+                    self._lend_inferred_shapes(node)
             try:
                 result = entry.adapter(node, ctx)
                 if result is not None:
@@ -205,6 +205,8 @@ class _Lowering:
                 return
             built = ctx.built
             self.journal.built([n for n, _ in built])
+            if built and not entry.lend_shapes:
+                raise AssertionError(f"{node.op_type}-{version} is lent no shapes: it builds none")
             self.built_nodes.extend(n for n, _ in built)
             if result is not None or built or (changed is not None and changed()):
                 self.rewritten.add(node)

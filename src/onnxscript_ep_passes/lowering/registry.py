@@ -11,6 +11,10 @@ schema in force just below it. Rules:
   ``None`` when the node (possibly with attributes edited) is valid at the older schema,
   or the values that replace the node's outputs, built with the context; it calls
   ``ctx.refuse(reason)`` when no exact equivalent exists.
+* Before a hand-written adapter runs, the pass gives its node's inputs that declare no
+  shape the inferred one. An adapter registered with ``lend_shapes=False`` reads no
+  shape and builds no node (it edits attributes, checks types, or refuses): it is lent
+  none, and the model-wide inference need not run for it. Type rules are lent none.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class AdapterEntry:
     adapter: Adapter
     kind: AdapterKind
     derived: bool
+    lend_shapes: bool = True  # False: reads no shape, builds no node (module docstring)
 
     @property
     def description(self) -> str:
@@ -69,7 +74,14 @@ class AdapterRegistry:
         self._derived: dict[tuple[str, str, int], AdapterEntry | None] = {}
 
     def register(
-        self, op_type: str, version: int, adapter: Adapter, *, domain: str = "", kind: AdapterKind
+        self,
+        op_type: str,
+        version: int,
+        adapter: Adapter,
+        *,
+        domain: str = "",
+        kind: AdapterKind,
+        lend_shapes: bool = True,
     ) -> None:
         domain = "" if schemas.is_default_domain(domain) else domain
         key = (domain, op_type, version)
@@ -78,7 +90,9 @@ class AdapterRegistry:
         schema = schemas.get_schema(op_type, version, domain)
         if schema is None or schema.since_version != version:
             raise ValueError(f"{op_type}-{version} is not a schema version in ONNX")
-        self._entries[key] = AdapterEntry(domain, op_type, version, adapter, kind, derived=False)
+        self._entries[key] = AdapterEntry(
+            domain, op_type, version, adapter, kind, derived=False, lend_shapes=lend_shapes
+        )
 
     def lookup(self, domain: str, op_type: str, version: int) -> AdapterEntry | None:
         """The rule that undoes step ``op_type``-``version``, or None when there is none."""
@@ -96,7 +110,9 @@ class AdapterRegistry:
         diff = schemas.step_diff(op_type, version, domain)
         if diff.kind != "type_only":
             return None
-        return AdapterEntry(domain, op_type, version, _type_rule, "type rule", derived=True)
+        return AdapterEntry(
+            domain, op_type, version, _type_rule, "type rule", derived=True, lend_shapes=False
+        )
 
     def handwritten(self) -> Iterator[AdapterEntry]:
         yield from sorted(self._entries.values(), key=lambda e: (-e.version, e.op_type))
@@ -126,8 +142,11 @@ def register_downgrade(
     *,
     kind: AdapterKind = "rewrite",
     registry: AdapterRegistry | None = None,
+    lend_shapes: bool = True,
 ) -> Callable[[Adapter], Adapter]:
     """Register an adapter that undoes the change made by schema ``op_type``-``from_version``.
+
+    ``lend_shapes=False`` only for an adapter that reads no shape and builds no node.
 
     Example::
 
@@ -139,7 +158,7 @@ def register_downgrade(
 
     def decorator(adapter: Adapter) -> Adapter:
         (registry or DEFAULT_REGISTRY).register(
-            op_type, from_version, adapter, domain=domain, kind=kind
+            op_type, from_version, adapter, domain=domain, kind=kind, lend_shapes=lend_shapes
         )
         return adapter
 

@@ -14,19 +14,26 @@ Rules:
 * :func:`prepared_values` names the values whose types the steps read from the model as
   it is before the first change. A type rule reads only its node's types. A hand-written
   adapter (and every node it builds) may read its node's inputs' shapes too: the pass
-  lends them from inference. A value an adapter builds is typed by per-node inference;
+  lends them from inference, unless the adapter is registered with ``lend_shapes=False``
+  (it reads no shape and builds no node; the pass checks the latter). A value an adapter builds is typed by per-node inference;
   one that replaces a node's output takes the old value's type and shape when it has
   none, so a later node's rewired input is known exactly when the old value was. Only
   for these values can the model-wide inference change what an adapter sees, so it runs
   only when one of them lacks what its readers need (:meth:`.TypeOracle.prepare`).
   Within :func:`every_shape_asked` every value of a stepping node counts as read with
-  its shape (the rule before this one, which inferred more often): tests compare the
-  two.
+  its shape and every hand-written adapter is lent shapes (the rules before these, which
+  inferred more often): tests compare the two.
 """
 
 from __future__ import annotations
 
-__all__ = ["every_shape_asked", "prepared_values", "stepping_nodes", "walk"]
+__all__ = [
+    "asks_every_shape",
+    "every_shape_asked",
+    "prepared_values",
+    "stepping_nodes",
+    "walk",
+]
 
 import contextlib
 from collections.abc import Iterable, Iterator, Sequence
@@ -105,14 +112,19 @@ def prepared_values(
     return typed, shaped
 
 
+def asks_every_shape() -> bool:
+    """Whether :func:`every_shape_asked` is in force (the pass then lends every adapter)."""
+    return _every_shape[0]
+
+
 def _lends_shapes(
     domain: str, op_type: str, start: int, target: int, registry: AdapterRegistry
 ) -> bool:
-    """Whether a step from ``start`` down to ``target`` is anything but a type rule."""
+    """Whether a step from ``start`` down to ``target`` lends its node's inputs shapes."""
     version: int | None = start
     while version is not None and version > target:
         entry = registry.lookup(domain, op_type, version)
-        if entry is None or not entry.derived:
+        if entry is None or entry.lend_shapes:
             return True
         version = schemas.since_version(op_type, version - 1, domain)
     return False

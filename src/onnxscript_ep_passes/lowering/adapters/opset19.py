@@ -45,7 +45,7 @@ def _drop_saturate(node: ir.Node, ctx: DowngradeContext) -> None:
     node.attributes.pop("saturate", None)
 
 
-@register_downgrade("Cast", 19, kind="attribute")
+@register_downgrade("Cast", 19, kind="attribute", lend_shapes=False)
 def cast_19(node: ir.Node, ctx: DowngradeContext) -> None:
     """Cast-19 added float8 types and ``saturate``: drop ``saturate``, refuse float8.
 
@@ -55,7 +55,7 @@ def cast_19(node: ir.Node, ctx: DowngradeContext) -> None:
     _drop_saturate(node, ctx)
 
 
-@register_downgrade("CastLike", 19, kind="attribute")
+@register_downgrade("CastLike", 19, kind="attribute", lend_shapes=False)
 def castlike_19(node: ir.Node, ctx: DowngradeContext) -> None:
     """CastLike-19 added float8 types and ``saturate``: as for Cast-19."""
     _drop_saturate(node, ctx)

@@ -32,7 +32,7 @@ def _drop_round_mode(node: ir.Node, ctx: DowngradeContext) -> None:
     node.attributes.pop("round_mode", None)
 
 
-@register_downgrade("Cast", 24, kind="attribute")
+@register_downgrade("Cast", 24, kind="attribute", lend_shapes=False)
 def cast_24(node: ir.Node, ctx: DowngradeContext) -> None:
     """Cast-24 added float8e8m0 and ``round_mode``: drop ``round_mode``, refuse float8e8m0.
 
@@ -43,7 +43,7 @@ def cast_24(node: ir.Node, ctx: DowngradeContext) -> None:
     _drop_round_mode(node, ctx)
 
 
-@register_downgrade("CastLike", 24, kind="attribute")
+@register_downgrade("CastLike", 24, kind="attribute", lend_shapes=False)
 def castlike_24(node: ir.Node, ctx: DowngradeContext) -> None:
     """CastLike-24 added float8e8m0 and ``round_mode``: as for Cast-24."""
     _drop_round_mode(node, ctx)
