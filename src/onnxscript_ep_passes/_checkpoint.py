@@ -35,7 +35,7 @@ from typing import Any
 import onnx_ir as ir
 
 from onnxscript_ep_passes._collector import paused_collector
-from onnxscript_ep_passes._onnx import all_subgraphs
+from onnxscript_ep_passes._onnx import walk
 
 logger = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ class _Names:
 
 
 def _graphs(model: ir.Model) -> list[ir.Graph]:
-    return [model.graph, *all_subgraphs(model.graph)]
+    return [model.graph, *walk(model.graph)[1]]
 
 
 class Checkpoint:

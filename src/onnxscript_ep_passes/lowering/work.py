@@ -2,11 +2,10 @@
 
 Rules:
 
-* :func:`walk` lists a graph's nodes in onnx-ir's ``RecursiveGraphIterator`` order (each
-  node, then the nodes of its subgraphs, depth first) and its subgraphs in
-  ``Graph.subgraphs()`` order. It reads a node's attribute dict directly and enters only
-  GRAPH/GRAPHS attributes, so a model of 200k nodes is walked without a generator per
-  node.
+* :func:`walk` (:func:`onnxscript_ep_passes._onnx.walk`, shared with the EP search) lists
+  a graph's nodes in onnx-ir's ``RecursiveGraphIterator`` order (each node, then the
+  nodes of its subgraphs, depth first) and its subgraphs in ``Graph.subgraphs()`` order,
+  without a generator per node.
 * :func:`stepping_nodes` keeps, in that order, only the default-domain nodes a step may
   apply to: those whose schema at their opset is newer than the target, and those with
   no schema (carried or refused by the pass). Any other node is at the target already;
@@ -40,11 +39,10 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import onnx_ir as ir
 
+from onnxscript_ep_passes._onnx import walk
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.registry import AdapterRegistry
 
-_GRAPH = ir.AttributeType.GRAPH
-_GRAPHS = ir.AttributeType.GRAPHS
 _every_shape = [False]
 
 
@@ -56,26 +54,6 @@ def every_shape_asked() -> Iterator[None]:
         yield
     finally:
         _every_shape[0] = previous
-
-
-def walk(graph: ir.Graph | ir.Function) -> tuple[list[ir.Node], list[ir.Graph]]:
-    """Every node of ``graph`` and its subgraphs, and every subgraph, in traversal order."""
-    nodes: list[ir.Node] = []
-    subgraphs: list[ir.Graph] = []
-    _walk(graph, nodes, subgraphs)
-    return nodes, list(dict.fromkeys(subgraphs))
-
-
-def _walk(graph: Iterable[ir.Node], nodes: list[ir.Node], subgraphs: list[ir.Graph]) -> None:
-    for node in graph:
-        nodes.append(node)
-        for attr in node.attributes.data.values():
-            kind = attr.type
-            if (kind is not _GRAPH and kind is not _GRAPHS) or attr.is_ref():
-                continue
-            for sub in attr.value if kind is _GRAPHS else (attr.value,):
-                subgraphs.append(sub)
-                _walk(sub, nodes, subgraphs)
 
 
 def stepping_nodes(nodes: Iterable[ir.Node], opset: int, target: int) -> list[tuple[ir.Node, int]]:
