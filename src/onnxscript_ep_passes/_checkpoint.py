@@ -19,8 +19,8 @@ only what the rewrites change and undoes them. Rules:
    alone (tests/test_checkpoint.py saves real ones and compares). :meth:`Checkpoint.restore`
    raises when it finds functions or opset imports changed, rather than restore half a
    model.
-4. A checkpoint is restored at most once, and checkpoints nest (restore the inner one
-   first).
+4. A checkpoint is restored at most once (it lets go of what it recorded then), and
+   checkpoints nest (restore the inner one first).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from typing import Any
 import onnx_ir as ir
 
 from onnxscript_ep_passes._collector import paused_collector
+from onnxscript_ep_passes._onnx import walk
 
 logger = logging.getLogger(__name__)
 
@@ -62,10 +63,6 @@ def _put_back(state: _ValueState) -> None:
 _NodeState = tuple[ir.Node, Sequence[ir.Value | None], tuple[_ValueState, ...]]
 
 
-def _node_state(node: ir.Node) -> _NodeState:
-    return (node, node.inputs, tuple([_value_state(v) for v in node.outputs]))
-
-
 @dataclasses.dataclass(frozen=True)
 class _GraphState:
     graph: ir.Graph
@@ -79,7 +76,16 @@ class _GraphState:
     def of(cls, graph: ir.Graph) -> _GraphState:
         return cls(
             graph,
-            tuple([_node_state(n) for n in graph]),
+            tuple(  # node, inputs, output states (_value_state inlined: a hot loop)
+                [
+                    (
+                        n,
+                        n.inputs,
+                        tuple([(v, v.name, v.type, v.shape, v.const_value) for v in n.outputs]),
+                    )
+                    for n in graph
+                ]
+            ),
             tuple([_value_state(v) for v in graph.inputs]),
             tuple(graph.outputs),
             tuple([(k, _value_state(v)) for k, v in graph.initializers.items()]),
@@ -97,8 +103,14 @@ class _GraphState:
             graph.remove(new, safe=False)
         # Value names first: a node put back with an unnamed output would be given a new name.
         for _, _, outputs in self.nodes:
-            for output in outputs:
-                if _changed(output):
+            for output in outputs:  # _changed inlined: one per value of the model
+                v, name, type_, shape, const = output
+                if (
+                    v.name != name
+                    or v.type is not type_
+                    or v.shape is not shape
+                    or v.const_value is not const
+                ):
                     _put_back(output)
         for graph_input in self.inputs:
             if _changed(graph_input):
@@ -184,7 +196,7 @@ class _Names:
 
 
 def _graphs(model: ir.Model) -> list[ir.Graph]:
-    return [model.graph, *model.graph.subgraphs()]
+    return [model.graph, *walk(model.graph)[1]]
 
 
 class Checkpoint:
@@ -214,6 +226,9 @@ class Checkpoint:
         # Inner graphs first: a subgraph built since the checkpoint goes with its node.
         for state in reversed(self._graphs):
             state.restore()
+        # What was recorded (tuples per node and value) is not needed again (rule 4): freed
+        # now, a young-generation collection right after the restore does not scan it.
+        self._graphs = []
 
 
 def checkpoint(model: ir.Model) -> Checkpoint:

@@ -1,6 +1,7 @@
 """Small ONNX helpers shared by graph rewriting (``lowering``) and EP knowledge (``ep``).
 
-- walking protos into subgraphs (:func:`iter_graphs`, :func:`iter_nodes`);
+- walking protos into subgraphs (:func:`iter_graphs`, :func:`iter_nodes`), and IR graphs
+  (:func:`walk`: nodes and subgraphs, for lowering's steps and the EP search);
 - ONNX type strings of IR types (:func:`type_string`);
 - the schema in force for an op at an opset (:func:`get_schema`);
 - the function body ONNX's schema defines for a node (:func:`schema_function_body`);
@@ -10,7 +11,8 @@
 The proto walker remains hand-written: onnx-ir's ``RecursiveGraphIterator`` walks IR
 graphs, and its callers hold protos they must not deserialize (the optimized model ORT
 saves, a model being checked before it is loaded, a graph handed to ONNX shape
-inference). Code that holds an IR model uses ``RecursiveGraphIterator``.
+inference). For IR graphs, :func:`walk` lists what ``RecursiveGraphIterator`` and
+``Graph.subgraphs`` yield, in their order, without their generators per node.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ __all__ = [
     "iter_nodes",
     "schema_function_body",
     "type_string",
+    "walk",
 ]
 
 import functools
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from typing import Any
 
 import onnx
@@ -62,6 +65,34 @@ def iter_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
     """Every node of ``graph`` and of its subgraphs."""
     for sub in iter_graphs(graph):
         yield from sub.node
+
+
+_GRAPH = ir.AttributeType.GRAPH
+_GRAPHS = ir.AttributeType.GRAPHS
+
+
+def walk(graph: ir.Graph | ir.Function) -> tuple[list[ir.Node], list[ir.Graph]]:
+    """Every node of ``graph`` and its subgraphs, and every subgraph, in traversal order:
+    onnx-ir's ``RecursiveGraphIterator`` order for the nodes (each node, then the nodes of
+    its subgraphs, depth first), ``Graph.subgraphs()`` order for the graphs. A node's
+    attribute dict is read directly and only GRAPH/GRAPHS attributes are entered, so a
+    model of 200k nodes is walked without a generator per node."""
+    nodes: list[ir.Node] = []
+    subgraphs: list[ir.Graph] = []
+    _walk(graph, nodes, subgraphs)
+    return nodes, list(dict.fromkeys(subgraphs))
+
+
+def _walk(graph: Iterable[ir.Node], nodes: list[ir.Node], subgraphs: list[ir.Graph]) -> None:
+    for node in graph:
+        nodes.append(node)
+        for attr in node.attributes.data.values():
+            kind = attr.type
+            if (kind is not _GRAPH and kind is not _GRAPHS) or attr.is_ref():
+                continue
+            for sub in attr.value if kind is _GRAPHS else (attr.value,):
+                subgraphs.append(sub)
+                _walk(sub, nodes, subgraphs)
 
 
 _TENSOR_STRINGS: dict[ir.DataType, str | None] = {

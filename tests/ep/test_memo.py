@@ -24,7 +24,7 @@ from onnxscript_ep_passes._onnx import attributes_key
 from onnxscript_ep_passes.ep import KernelTable, predict_placement
 from onnxscript_ep_passes.ep.cost import PlacementCost, placement_cost
 from onnxscript_ep_passes.ep.dims import DimSizes
-from onnxscript_ep_passes.ep.memo import BoundedCache, clear_caches
+from onnxscript_ep_passes.ep.memo import BoundedCache, clear_caches, shape_key
 from onnxscript_ep_passes.ep.placement import NodePlacement, PlacementPrediction
 from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.lowering.expansion import expand_node
@@ -213,11 +213,15 @@ def _remove_first_relu(model: ir.Model) -> None:
     model.graph.remove(relu, safe=True)
 
 
-def test_records_built_from_fields_equal_constructed_ones(decoder: ir.Model) -> None:
+def test_records_built_from_values_equal_constructed_ones(decoder: ir.Model) -> None:
     prediction = predict_placement(decoder, get_table("cuda", "1.24"))
     names = [f.name for f in dataclasses.fields(NodePlacement)]
     for record in prediction.nodes:
         assert not hasattr(record, "__dict__")  # slots: every field, nothing else
+        # Each value went to its own field (from_values takes them in declaration order).
+        assert record.placement in ("ep", "cpu") and isinstance(record.nhwc, bool)
+        if record.node is not None and not record.inlined_by_ort:
+            assert (record.name, record.op_type) == (record.node.name, record.node.op_type)
         rebuilt = NodePlacement(**{name: getattr(record, name) for name in names})
         assert rebuilt == record and hash(rebuilt) == hash(record) and repr(rebuilt) == repr(record)
 
@@ -238,3 +242,16 @@ def test_bounded_cache_empties_itself_when_full() -> None:
     cache.put(2, 2)
     cache.put(3, 3)
     assert len(cache) == 1 and cache.get(3) == 3 and cache.get(1) is None
+
+
+def test_shape_keys_are_values_taken_when_made() -> None:
+    shape = ir.Shape(["batch", 3, None])
+    key = shape_key(shape)
+    assert key == shape_key(ir.Shape([ir.SymbolicDim("batch"), 3, ir.SymbolicDim(None)]))
+    assert hash(key) == hash(shape_key(ir.Shape(["batch", 3, None])))
+    assert key != shape_key(ir.Shape(["seq", 3, None]))  # another name
+    assert key != shape_key(ir.Shape([None, 3, None]))  # a name, not an unknown
+    assert key != shape_key(ir.Shape(["3", 3, None])) and key != shape_key(ir.Shape(["batch", 3]))
+    shape[1] = 4  # edited in place: the key made before is unchanged, a new one differs
+    assert key == shape_key(ir.Shape(["batch", 3, None])) != shape_key(shape)
+    assert shape_key(None) is None

@@ -1,5 +1,7 @@
 """What a lowering run visits, and the model-wide inference it skips.
 
+The walk lists what onnx-ir's ``RecursiveGraphIterator`` and ``Graph.subgraphs()`` list,
+in the same order (nested If branches, an empty one too, a Loop body, function bodies).
 The shortcut (inference only when a value lacks what its readers
 need) lowers real models (the benchmark decoder, torch exports of tiny LLMs, a model with
 a Loop and nested functions) step by step to byte-identical protos as the rule that asks
@@ -28,12 +30,66 @@ from onnxscript_ep_passes.lowering.registry import (
     AdapterRegistry,
     register_downgrade,
 )
-from tests.ep.models import loop_and_nested_functions_model
+from tests.ep.models import if_model, loop_and_nested_functions_model
 from tests.harness import make_model, tensor_info
 from tests.torch_models import llm_export
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 F = TensorProto.FLOAT
+
+
+def _nested_if(opset: int) -> onnx.ModelProto:
+    """An If whose then-branch holds another If (and an empty else-branch graph)."""
+    inner_then = oh.make_graph(
+        [oh.make_node("Neg", ["r"], ["a"], name="inner_neg")],
+        "inner_then",
+        [],
+        [oh.make_tensor_value_info("a", F, None)],
+    )
+    inner_else = oh.make_graph(
+        [oh.make_node("Relu", ["r"], ["a2"], name="inner_relu")],
+        "inner_else",
+        [],
+        [oh.make_tensor_value_info("a2", F, None)],
+    )
+    outer_then = oh.make_graph(
+        [
+            oh.make_node(
+                "If", ["C"], ["b"], then_branch=inner_then, else_branch=inner_else, name="if2"
+            )
+        ],
+        "outer_then",
+        [],
+        [oh.make_tensor_value_info("b", F, None)],
+    )
+    outer_else = oh.make_graph([], "outer_else", [], [oh.make_tensor_value_info("r", F, None)])
+    nodes = [
+        oh.make_node("Relu", ["X"], ["r"], name="relu"),
+        oh.make_node("If", ["C"], ["Y"], then_branch=outer_then, else_branch=outer_else),
+        oh.make_node("Sigmoid", ["Y"], ["Z"], name="sigmoid"),
+    ]
+    graph = oh.make_graph(
+        nodes,
+        "g",
+        [tensor_info("X", F, [2]), tensor_info("C", TensorProto.BOOL, [])],
+        [oh.make_tensor_value_info("Z", F, None)],
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize(
+    "proto",
+    [_nested_if(24), if_model(24), loop_and_nested_functions_model(24)],
+    ids=["nested_if", "if", "loop_and_functions"],
+)
+def test_walk_lists_what_onnx_ir_iterates(proto: onnx.ModelProto) -> None:
+    model = ir.from_proto(proto)
+    graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
+    for graph in graphs:
+        nodes, subgraphs = work.walk(graph)
+        assert nodes == list(ir.traversal.RecursiveGraphIterator(graph))
+        assert subgraphs == list(graph.subgraphs())
+    assert work.walk(model.graph)[1]
 
 
 def test_stepping_nodes_are_those_a_step_may_apply_to() -> None:

@@ -154,12 +154,26 @@ class ValueSizes:
 
     def node_work(self, node: ir.Node) -> NodeWork:
         """Estimated FLOPs and bytes touched by ``node`` (rules 2-3)."""
+        return NodeWork(*self.work(node))
+
+    def work(self, node: ir.Node) -> tuple[float, float]:
+        """:meth:`node_work` as a plain ``(flops, bytes)`` pair (the pricing loop's)."""
+        sized, size = self._sized, self._size
         touched = 0
-        for values in (node.inputs, node.outputs):
-            for v in values:
-                if v is not None:
-                    touched += self._size(v)[1]
-        return NodeWork(self._flops(node), float(touched))
+        for v in node.inputs:
+            if v is not None:
+                known = sized.get(v)
+                touched += (known if known is not None else size(v))[1]
+        elements = 0
+        for v in node.outputs:
+            known = sized.get(v)
+            if known is None:
+                known = size(v)
+            elements += known[0]
+            touched += known[1]
+        if node.op_type in _SPECIAL:
+            return self._flops(node), float(touched)
+        return float(elements), float(touched)  # one operation per output element
 
     def _flops(self, node: ir.Node) -> float:
         op = node.op_type
@@ -206,3 +220,7 @@ class ValueSizes:
         if op in _PER_INPUT:
             return 5.0 * self.elements(first)
         return float(sum(self.elements(o) for o in node.outputs))
+
+
+# The ops whose FLOPs are not one per output element (rule 2).
+_SPECIAL = frozenset({*_MATMUL, *_CONV, "ConvTranspose", *_ATTENTION, *_RECURRENT, *_PER_INPUT})

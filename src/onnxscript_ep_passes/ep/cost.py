@@ -149,18 +149,22 @@ def placement_cost(
         value = transfer.ir_value  # the model's value whose data the Memcpy copies
         memcpy_bytes += measure.bytes(value) if value is not None else 4 * UNKNOWN_ELEMENTS
     cpu_flops = ep_flops = cpu_us = ep_us = 0.0
+    work_of = measure.work
+    unknown = (_UNKNOWN_WORK.flops, _UNKNOWN_WORK.bytes)
     for placed in prediction.nodes:
         # A layout Transpose ORT adds, or a node of a schema's function body ORT inlines,
         # has no node of the model to size it by.
-        sized = not placed.inserted_by_ort and not placed.inlined_by_ort
-        node = placed.node if sized else None
-        work = measure.node_work(node) if node is not None else _UNKNOWN_WORK
-        if placed.placement == "cpu":
-            cpu_flops += work.flops
-            cpu_us += max(work.flops / CPU_FLOPS_PER_US, work.bytes / CPU_BYTES_PER_US)
+        node = placed.node
+        if node is None or placed.inserted_by_ort or placed.inlined_by_ort:
+            flops, touched = unknown
         else:
-            ep_flops += work.flops
-            ep_us += max(work.flops / EP_FLOPS_PER_US, work.bytes / EP_BYTES_PER_US)
+            flops, touched = work_of(node)
+        if placed.placement == "cpu":
+            cpu_flops += flops
+            cpu_us += max(flops / CPU_FLOPS_PER_US, touched / CPU_BYTES_PER_US)
+        else:
+            ep_flops += flops
+            ep_us += max(flops / EP_FLOPS_PER_US, touched / EP_BYTES_PER_US)
     return PlacementCost(
         memcpy=prediction.memcpy,
         memcpy_bytes=memcpy_bytes,

@@ -68,8 +68,10 @@ def clear_caches() -> None:
         cache.entries.clear()
 
 
-def shape_key(shape: ir.Shape | None) -> tuple[int | str | None, ...] | None:
-    """The dimensions of ``shape`` as values (ints, names, None for unknown)."""
+def shape_key(shape: ir.Shape | None) -> tuple[int | ir.SymbolicDim, ...] | None:
+    """The dimensions of ``shape`` as values: a new tuple of ints and symbolic dimensions
+    (immutable; one compares and hashes as its name, None when unknown, so
+    ``SymbolicDim("N")`` and ``"N"`` make the same key)."""
     if shape is None:
         return None
-    return tuple(d if isinstance(d, int) else d.value for d in shape)
+    return shape.dims

@@ -103,27 +103,25 @@ def _infer_node(
     if schema is None:
         return
     inputs: list[_Input | None] = []
+    spelled: list[Hashable] = []  # each input as the cache key reads it
     for value in node.inputs:
         if value is None:
             inputs.append(None)
+            spelled.append(None)
             continue
-        dtype, shape = known.get(value, (value.dtype, value.shape))
+        found = known.get(value)
+        dtype, shape = (value.dtype, value.shape) if found is None else found
         if dtype is None:
             return
-        inputs.append((dtype, shape, small_constant(value, max_elements)))
+        const = small_constant(value, max_elements)
+        inputs.append((dtype, shape, const))
+        spelled.append((dtype, shape_key(shape), None if const is None else _tensor_key(const)))
     attrs = attributes_key(node)
-    key = None
-    if attrs is not None:
-        key = (
-            node.op_type,
-            node.domain,
-            opset,
-            len(node.outputs),
-            attrs,
-            tuple(
-                None if i is None else (i[0], shape_key(i[1]), _tensor_key(i[2])) for i in inputs
-            ),
-        )
+    key = (
+        None
+        if attrs is None
+        else (node.op_type, node.domain, opset, len(node.outputs), attrs, tuple(spelled))
+    )
     outputs = _INFERRED.fetch(key, lambda: _run_inference(node, schema, opset, inputs))
     for value, inferred in zip(node.outputs, outputs):
         if inferred is None:
@@ -219,7 +217,10 @@ def _infer_graph(
 ) -> None:
     """Rule 1 on ``graph``: its nodes in order, a node's subgraphs right after it."""
     for node in graph:
-        graphs = [a for a in node.attributes.data.values() if a.type in _GRAPH_ATTRIBUTES]
+        attributes = node.attributes.data
+        graphs = (
+            [a for a in attributes.values() if a.type in _GRAPH_ATTRIBUTES] if attributes else None
+        )
         if graphs:  # the node itself is skipped (rule 3)
             for attr in graphs:
                 if isinstance(attr, ir.Attr) and attr.value is not None:

@@ -3,23 +3,25 @@
 Rules:
 
 * The scopes (:func:`scopes`) are the main graph and each model-local function whose
-  ai.onnx opset is above the target. :func:`visits` lists, scope by scope and in walk
-  order (:mod:`.walk`), only the default-domain nodes a step may apply to
-  (:func:`stepping_nodes`): those whose schema at their opset is newer than the target, and those with
-  no schema (carried or refused by the pass). Any other node is at the target already;
-  the pass would look it up and leave it alone.
+  ai.onnx opset is above the target. :func:`visits` lists, scope by scope and in
+  :func:`walk` order (:func:`onnxscript_ep_passes._onnx.walk`, shared with the EP search:
+  onnx-ir's ``RecursiveGraphIterator`` order without a generator per node), only the
+  default-domain nodes a step may apply to (:func:`stepping_nodes`): those whose schema
+  at their opset is newer than the target, and those with no schema (carried or refused
+  by the pass). Any other node is at the target already; the pass would look it up and
+  leave it alone.
 * :func:`prepared_values` names the values whose types the steps read from the model as
   it is before the first change. A type rule reads only its node's types. A hand-written
   adapter (and every node it builds) may read its node's inputs' shapes too: the pass
   lends them from inference, unless the adapter is registered with ``lend_shapes=False``
-  (it reads no shape and builds no node; the pass checks the latter). A value an adapter builds is typed by per-node inference;
-  one that replaces a node's output takes the old value's type and shape when it has
-  none, so a later node's rewired input is known exactly when the old value was. Only
-  for these values can the model-wide inference change what an adapter sees, so it runs
-  only when one of them lacks what its readers need (:meth:`.TypeOracle.prepare`).
-  Within :func:`every_shape_asked` every value of a stepping node counts as read with
-  its shape and every hand-written adapter is lent shapes (the rules before these, which
-  inferred more often): tests compare the two.
+  (it reads no shape and builds no node; the pass checks the latter). A value an adapter
+  builds is typed by per-node inference; one that replaces a node's output takes the old
+  value's type and shape when it has none, so a later node's rewired input is known
+  exactly when the old value was. Only for these values can the model-wide inference
+  change what an adapter sees, so it runs only when one of them lacks what its readers
+  need (:meth:`.TypeOracle.prepare`). Within :func:`every_shape_asked` every value of a
+  stepping node counts as read with its shape and every hand-written adapter is lent
+  shapes (the rules before these, which inferred more often): tests compare the two.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ __all__ = [
     "scopes",
     "stepping_nodes",
     "visits",
+    "walk",
 ]
 
 import contextlib
@@ -40,10 +43,10 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import onnx_ir as ir
 
+from onnxscript_ep_passes._onnx import walk
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.opset_imports import default_opset
 from onnxscript_ep_passes.lowering.registry import AdapterRegistry
-from onnxscript_ep_passes.lowering.walk import walk
 
 _every_shape = [False]
 

@@ -35,6 +35,7 @@ import onnx_ir as ir
 from onnxscript_ep_passes._checkpoint import checkpoint
 from onnxscript_ep_passes._collector import collect_young
 from onnxscript_ep_passes._copies import Correspondence, copy_with_origins
+from onnxscript_ep_passes._onnx import walk
 from onnxscript_ep_passes.ep.cost import CandidateRank, candidate_rank, placement_cost, undominated
 from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
@@ -108,7 +109,7 @@ class CandidateSearch:
         candidate, and put ``work`` back as it was (:mod:`~onnxscript_ep_passes._checkpoint`)."""
         mark = checkpoint(work)
         try:
-            ordered = [n for n in ir.traversal.RecursiveGraphIterator(work.graph) if n in built]
+            ordered = [n for n in walk(work.graph)[0] if n in built]
             result = legalize(
                 work, self.table, built=ordered, prediction=plain.prediction, dims=self.sizes
             )
@@ -144,7 +145,7 @@ class CandidateSearch:
         built: set[ir.Node] = set()
         for opset in range(source - 1, chosen.opset - 1, -1):
             built.update(run_lowering(work, opset).built)
-        ordered = [n for n in ir.traversal.RecursiveGraphIterator(work.graph) if n in built]
+        ordered = [n for n in walk(work.graph)[0] if n in built]
         result = legalize(work, self.table, built=ordered, dims=self.sizes)
         again = placement_cost(result.after, work, self.sizes)
         if again.cost != chosen.rank.cost.cost:

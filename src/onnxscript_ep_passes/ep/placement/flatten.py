@@ -45,12 +45,13 @@ from onnxscript_ep_passes.ep.live_tables import live_table
 from onnxscript_ep_passes.ep.memo import BoundedCache, shape_key
 from onnxscript_ep_passes.ep.names import CPU_EP, normalize_domain
 from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatScope, FlatValue
-from onnxscript_ep_passes.ep.placement.kernels import decide_kernel, infer_types, type_proto
+from onnxscript_ep_passes.ep.placement.kernels import Decision, decide, infer_types, type_proto
 
 logger = logging.getLogger(__name__)
 
 # Schema bodies ORT inlines, by what builds them (never edited: shared between calls).
 _BODIES: BoundedCache[Hashable, tuple[ir.Function | None]] = BoundedCache(limit=512)
+_GRAPH_TYPES = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,67 +216,96 @@ class Flattener:
         fn_scope: str,
         origin: _Origin,
     ) -> None:
+        # The loop body runs once per node of every prediction: names are bound locally,
+        # and the kernel decision's key (kernels.decide_kernel's) is built from the type
+        # strings read here.
         scope_label = scope.name + fn_scope
         model_node = origin.inlined_from
+        inlined = model_node is not None
+        function = origin.function
+        functions = self.functions
+        facts = self._facts
+        values, placed, order = scope.values, scope.nodes, self.order
+        decisions: dict[Hashable, Decision] = self.table.memo("placement.decide_kernel")
+        lookup = self._lookup
+        graph_types = _GRAPH_TYPES
         for node in nodes:
             op_type = node.op_type
-            domain = normalize_domain(node.domain)
+            domain = node.domain
+            if domain == "ai.onnx":
+                domain = ""
             inputs: list[FlatValue | None] = []
             for v in node.inputs:
                 val = env.get(v) if v is not None else None
-                inputs.append(val if val is not None else self._lookup(v, scope, env, outer))
-            fn = (
-                self.functions.get((node.domain, op_type, node.overload))
-                if self.functions
-                else None
-            )
-            if fn is not None:
-                inner = dataclasses.replace(origin, function=fn)
-                self._inline(node, fn, inputs, scope, env, outer, fn_scope, opsets, inner)
-                continue
+                inputs.append(val if val is not None else lookup(v, scope, env, outer))
+            if functions:
+                fn = functions.get((node.domain, op_type, node.overload))
+                if fn is not None:
+                    inner = dataclasses.replace(origin, function=fn)
+                    self._inline(node, fn, inputs, scope, env, outer, fn_scope, opsets, inner)
+                    continue
             if domain == "" and op_type == "Constant":
                 self._constant(node, scope, env)
                 continue
             opset = opsets.get(domain, 1)
-            schema, since, ort_may_inline = self._op_facts(op_type, domain, opset)
-            body = self._schema_body(node, schema, inputs) if ort_may_inline else None
-            if body is not None:
-                inner = dataclasses.replace(origin, inlined_from=model_node or node)
-                self._inline(node, body, inputs, scope, env, outer, fn_scope, opsets, inner)
-                continue
+            known = facts.get((op_type, domain, opset))
+            schema, since, ort_may_inline = (
+                known if known is not None else self._op_facts(op_type, domain, opset)
+            )
+            if ort_may_inline:
+                body = self._schema_body(node, schema, inputs)
+                if body is not None:
+                    inner = dataclasses.replace(origin, inlined_from=model_node or node)
+                    self._inline(node, body, inputs, scope, env, outer, fn_scope, opsets, inner)
+                    continue
             flat = FlatNode(
-                name=prefix + (node.name or ""),
-                op_type=op_type,
-                domain=domain,
-                since_version=since,
-                inputs=inputs,
-                outputs=[],
-                scope=scope_label,
+                prefix + (node.name or ""),
+                op_type,
+                domain,
+                since,
+                inputs,
+                [],
+                scope_label,
                 node=model_node or node,
-                function=origin.function,
-                inlined_by_ort=model_node is not None,
+                function=function,
+                inlined_by_ort=inlined,
             )
             for i, val in enumerate(inputs):
                 if val is not None:
                     val.consumers.append((flat, i))
             untyped = False
+            outputs = flat.outputs
             for slot, out in enumerate(node.outputs):
                 if not out.name:
-                    flat.outputs.append(None)
+                    outputs.append(None)
                     continue
-                val = scope.new_value(out.name, "node", type_string(out.type), ir_value=out)
-                val.producer, val.producer_slot = flat, slot
+                dtype = type_string(out.type)
+                val = FlatValue(out.name, "node", dtype, None, flat, slot, [], False, out)
+                values.append(val)
                 env[out] = val
-                flat.outputs.append(val)
-                untyped = untyped or val.dtype is None
+                outputs.append(val)
+                untyped = untyped or dtype is None
             if schema is not None and untyped:
                 infer_types(flat, node, schema, opset)
-            decide_kernel(flat, schema, self.table)
-            scope.nodes.append(flat)
-            self.order.append(flat)
-            for attr in node.attributes.data.values():
-                if attr.type == ir.AttributeType.GRAPH or attr.type == ir.AttributeType.GRAPHS:
-                    self._subgraphs(attr, opsets, scope, env, outer, flat, origin)
+            key = (
+                domain,
+                op_type,
+                since,
+                schema is not None,
+                tuple([None if v is None else v.dtype for v in inputs]),
+                tuple([None if v is None else v.dtype for v in outputs]),
+            )
+            decision = decisions.get(key)
+            if decision is None:
+                decision = decisions[key] = decide(flat, schema, self.table)
+            flat.on_ep, flat.reason, flat.reason_code = decision
+            placed.append(flat)
+            order.append(flat)
+            attributes = node.attributes.data
+            if attributes:
+                for attr in attributes.values():
+                    if attr.type in graph_types:
+                        self._subgraphs(attr, opsets, scope, env, outer, flat, origin)
 
     def _constant(self, node: ir.Node, scope: FlatScope, env: dict[ir.Value, FlatValue]) -> None:
         """A ``Constant``'s outputs become initializers (never placed)."""

@@ -17,6 +17,8 @@ Rules:
 from __future__ import annotations
 
 __all__ = [
+    "Decision",
+    "decide",
     "decide_kernel",
     "infer_types",
     "proto_type_string",
@@ -72,7 +74,8 @@ _Inferred = tuple[str | None, ...]
 _INFERRED: BoundedCache[Hashable, _Inferred] = BoundedCache()
 
 _Formal = tuple[str, str]  # (type parameter, formal name)
-_Decision = tuple[bool, str, ReasonCode]
+Decision = tuple[bool, str, ReasonCode]
+"""(on the EP, reason, reason code): what :func:`decide` says of a node."""
 
 
 @functools.cache
@@ -195,14 +198,17 @@ def decide_kernel(flat: FlatNode, schema: onnx.defs.OpSchema | None, table: Kern
         tuple([None if v is None else v.dtype for v in flat.inputs]),
         tuple([None if v is None else v.dtype for v in flat.outputs]),
     )
-    decisions: dict[Hashable, _Decision] = table.memo("placement.decide_kernel")
+    decisions: dict[Hashable, Decision] = table.memo("placement.decide_kernel")
     decision = decisions.get(key)
     if decision is None:
-        decision = decisions[key] = _decide(flat, schema, table)
+        decision = decisions[key] = decide(flat, schema, table)
     flat.on_ep, flat.reason, flat.reason_code = decision
 
 
-def _decide(flat: FlatNode, schema: onnx.defs.OpSchema | None, table: KernelTable) -> _Decision:
+def decide(flat: FlatNode, schema: onnx.defs.OpSchema | None, table: KernelTable) -> Decision:
+    """Whether ``table`` has a kernel for ``flat``, uncached (:func:`decide_kernel` caches it
+    by the key it reads: domain, op, since_version, whether a schema is known, and the input
+    and output types)."""
     assert flat.since_version is not None
     kernel, reason = table.explain(
         flat.domain, flat.op_type, flat.since_version, type_bindings(flat, schema)

@@ -64,6 +64,7 @@ def predict_placement(
     flat.build_graph(ir_model.graph, opsets, "graph 'main'", None)
     order = list(flat.order)
     found: list[Transfer] = []
+    from_values = NodePlacement.from_values
     for scope in flat.scopes:
         if traits.prefers_cpu_for_shape_nodes:
             apply_cpu_preference(scope, traits)
@@ -71,25 +72,27 @@ def predict_placement(
             order.extend(apply_layout_transform(scope, table, traits))
         found.extend(transfers(scope, traits))
     records = tuple(
-        NodePlacement.from_fields(
-            {
-                "name": n.name,
-                "op_type": n.op_type,
-                "domain": n.domain,
-                "since_version": n.since_version,
-                "placement": "ep" if n.on_ep else "cpu",
-                "reason": n.reason,
-                "is_shape_computation": n.shape_computation,
-                "reason_code": n.reason_code,
-                "scope": n.scope,
-                "inserted_by_ort": n.inserted,
-                "nhwc": n.nhwc,
-                "node": n.node,
-                "function": n.function,
-                "inlined_by_ort": n.inlined_by_ort,
-            }
-        )
-        for n in order
+        [
+            from_values(
+                (
+                    n.name,
+                    n.op_type,
+                    n.domain,
+                    n.since_version,
+                    "ep" if n.on_ep else "cpu",
+                    n.reason,
+                    n.shape_computation,
+                    n.reason_code,
+                    n.scope,
+                    n.inserted,
+                    n.nhwc,
+                    n.node,
+                    n.function,
+                    n.inlined_by_ort,
+                )
+            )
+            for n in order
+        ]
     )
     prediction = PlacementPrediction(
         ep=table.ep,
