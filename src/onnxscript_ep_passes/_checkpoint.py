@@ -29,6 +29,7 @@ __all__ = ["Checkpoint", "checkpoint"]
 
 import dataclasses
 import logging
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -94,7 +95,8 @@ class _GraphState:
 
     def restore(self) -> None:
         graph = self.graph
-        kept = {s[0] for s in self.nodes}
+        order = [s[0] for s in self.nodes]
+        kept = set(order)
         new = [n for n in graph if n not in kept]
         for node in new:  # detach what was built since, so it uses nothing of the model
             for index in range(len(node.inputs)):
@@ -115,7 +117,7 @@ class _GraphState:
         for graph_input in self.inputs:
             if _changed(graph_input):
                 _put_back(graph_input)
-        self._put_back_nodes()
+        self._put_back_nodes(order)
         for node, inputs, outputs in self.nodes:
             if len(node.outputs) != len(outputs):
                 raise RuntimeError(f"node '{node.name}' changed its outputs: cannot restore")
@@ -139,10 +141,9 @@ class _GraphState:
         if self.names is not None:
             self.names.put_back(graph)
 
-    def _put_back_nodes(self) -> None:
+    def _put_back_nodes(self, order: list[ir.Node]) -> None:
         graph = self.graph
-        order = [s[0] for s in self.nodes]
-        if len(graph) == len(order) and all(a is b for a, b in zip(graph, order)):
+        if len(graph) == len(order) and all(map(operator.is_, graph, order)):
             return
         previous: ir.Node | None = None
         for node in order:
@@ -156,7 +157,7 @@ class _GraphState:
                 else:
                     graph.insert_after(previous, node)
             previous = node
-        if not all(a is b for a, b in zip(graph, order)) or len(graph) != len(order):
+        if len(graph) != len(order) or not all(map(operator.is_, graph, order)):
             # Nodes were reordered, not only added and removed: rebuild the order.
             graph.remove(list(graph), safe=False)
             graph.extend(order)

@@ -213,12 +213,12 @@ def _remove_first_relu(model: ir.Model) -> None:
     model.graph.remove(relu, safe=True)
 
 
-def test_records_built_from_values_equal_constructed_ones(decoder: ir.Model) -> None:
+def test_records_built_through_slots_equal_constructed_ones(decoder: ir.Model) -> None:
     prediction = predict_placement(decoder, get_table("cuda", "1.24"))
     names = [f.name for f in dataclasses.fields(NodePlacement)]
     for record in prediction.nodes:
         assert not hasattr(record, "__dict__")  # slots: every field, nothing else
-        # Each value went to its own field (from_values takes them in declaration order).
+        # Each value went to its own field (predict stores each field through its slot).
         assert record.placement in ("ep", "cpu") and isinstance(record.nhwc, bool)
         if record.node is not None and not record.inlined_by_ort:
             assert (record.name, record.op_type) == (record.node.name, record.node.op_type)

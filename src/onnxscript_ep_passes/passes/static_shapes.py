@@ -225,14 +225,13 @@ def fold_static_shapes(nodes: Iterable[ir.Node], opset: int, *, max_elements: in
     candidates = list(nodes)
     made: list[ir.Node] = []
     folded = 0
+    default_domains = schemas.DEFAULT_DOMAINS
     for node in candidates:
         graph = node.graph
-        if graph is None or not schemas.is_default_domain(node.domain):
+        if graph is None or node.domain not in default_domains or node.op_type == "Constant":
             continue
-        if node.op_type == "Constant" or any(o.is_graph_output() for o in node.outputs):
-            continue
-        arrays = _evaluate(node, opset, max_elements)
-        if arrays is None:
+        arrays = _evaluate(node, opset, max_elements)  # pure: most nodes end here
+        if arrays is None or any(o.is_graph_output() for o in node.outputs):
             continue
         for index, (out, array) in enumerate(zip(node.outputs, arrays)):
             if not out.uses():
@@ -269,7 +268,14 @@ def _remove_unused(nodes: Sequence[ir.Node]) -> None:
     while work:
         node = work.pop()
         graph = node.graph
-        if graph is None or any(o.uses() or o.is_graph_output() for o in node.outputs):
+        if graph is None:
+            continue
+        used = False
+        for out in node.outputs:
+            if out.uses() or out.is_graph_output():
+                used = True
+                break
+        if used:
             continue
         producers = [v.producer() for v in node.inputs if v is not None]
         graph.remove(node, safe=True)

@@ -24,7 +24,7 @@ __all__ = [
 
 import collections
 import dataclasses
-from typing import Any, Literal
+from typing import Literal
 
 import onnx_ir as ir
 
@@ -91,22 +91,6 @@ class NodePlacement:
     def is_fallback(self) -> bool:
         """On CPU for lack of a kernel (not by ORT's shape-computation preference)."""
         return self.placement == "cpu" and not self.is_shape_computation
-
-    @classmethod
-    def from_values(cls, values: tuple[Any, ...]) -> NodePlacement:
-        """The record of ``values`` (every field, in the order the class declares them),
-        built without the frozen ``__init__``'s checks and defaults: a prediction builds one
-        record per node. Each value is stored through its slot's descriptor. The class has
-        slots: with an instance dict a record took 528 bytes, 2 GB of a search's
-        predictions on a 40k-node decoder; now about a third."""
-        record = object.__new__(cls)
-        for store, value in zip(_STORES, values, strict=True):
-            store(record, value)
-        return record
-
-
-# How a frozen dataclass's own __init__ sets each field, one setter per slot, in order.
-_STORES = tuple(getattr(NodePlacement, f.name).__set__ for f in dataclasses.fields(NodePlacement))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
