@@ -1,7 +1,8 @@
 """What a lowering run visits, and the model-wide inference it skips.
 
 The walk lists what onnx-ir's ``RecursiveGraphIterator`` and ``Graph.subgraphs()`` list,
-in the same order. The shortcut (inference only when a value lacks what its readers
+in the same order (nested If branches, an empty one too, a Loop body, function bodies).
+The shortcut (inference only when a value lacks what its readers
 need) lowers real models (the benchmark decoder, torch exports of tiny LLMs, a model with
 a Loop and nested functions) step by step to byte-identical protos as the rule that asks
 every value for its shape, while skipping inference that rule runs.

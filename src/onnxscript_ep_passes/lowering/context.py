@@ -8,9 +8,9 @@ types are inferred node by node, so later type rules can check them.
 
 from __future__ import annotations
 
-__all__ = ["DowngradeContext", "NodeNames", "NodeRefusedError"]
+__all__ = ["DowngradeContext", "NodeNames", "NodeRefusedError", "types_refused_below"]
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import numpy as np
@@ -134,33 +134,9 @@ class DowngradeContext:
 
     def require_types_allowed_below(self) -> None:
         """Refuse unless every tensor type of the node is allowed by the older schema."""
-        if self.previous is None:
-            self.refuse(f"{self.node.op_type} does not exist before opset {self.version}")
-        checks = schemas.type_checks(self.node.op_type, self.version, self.node.domain)
-        problems: list[str] = []
-        for check in checks:
-            actuals = self.node.inputs if check.kind == "input" else self.node.outputs
-            stop = len(actuals) if check.variadic else check.index + 1
-            for index in range(check.index, min(stop, len(actuals))):
-                value = actuals[index]
-                if value is None or (check.kind == "output" and _omitted(value)):
-                    continue
-                type_str = schemas.type_string(self.type_of(value))
-                if type_str in check.old_allowed:
-                    continue
-                label = f"{check.kind} '{value.name}'" if value.name else f"{check.kind} {index}"
-                if type_str is None:
-                    problems.append(
-                        f"the type of {label} is unknown (needed to tell whether "
-                        f"{self.node.op_type}-{self.previous} allows it)"
-                    )
-                else:
-                    problems.append(
-                        f"{label} is {_pretty(type_str)}, which "
-                        f"{self.node.op_type}-{self.previous} does not allow"
-                    )
-        if problems:
-            self.refuse("; ".join(problems))
+        reason = types_refused_below(self.node, self.version, self.previous, self.type_of)
+        if reason is not None:
+            self.refuse(reason)
 
     # -- building ---------------------------------------------------------------------
 
@@ -230,6 +206,44 @@ class DowngradeContext:
     def fresh_name(self, op_type: str) -> str:
         """A node name unused in the model, derived from the lowered node's."""
         return self._names.fresh(f"{self.node.name or self.node.op_type}/lowered_{op_type}")
+
+
+def types_refused_below(
+    node: ir.Node,
+    version: int,
+    previous: int | None,
+    type_of: Callable[[ir.Value], ir.TypeProtocol | None],
+) -> str | None:
+    """Why schema ``previous`` does not allow the node's types (None: it allows them all).
+
+    The rule of a type-only step (:meth:`DowngradeContext.require_types_allowed_below`).
+    """
+    if previous is None:
+        return f"{node.op_type} does not exist before opset {version}"
+    checks = schemas.type_checks(node.op_type, version, node.domain)
+    problems: list[str] = []
+    for check in checks:
+        actuals = node.inputs if check.kind == "input" else node.outputs
+        stop = len(actuals) if check.variadic else check.index + 1
+        for index in range(check.index, min(stop, len(actuals))):
+            value = actuals[index]
+            if value is None or (check.kind == "output" and _omitted(value)):
+                continue
+            type_str = schemas.type_string(type_of(value))
+            if type_str in check.old_allowed:
+                continue
+            label = f"{check.kind} '{value.name}'" if value.name else f"{check.kind} {index}"
+            if type_str is None:
+                problems.append(
+                    f"the type of {label} is unknown (needed to tell whether "
+                    f"{node.op_type}-{previous} allows it)"
+                )
+            else:
+                problems.append(
+                    f"{label} is {_pretty(type_str)}, which "
+                    f"{node.op_type}-{previous} does not allow"
+                )
+    return "; ".join(problems) if problems else None
 
 
 def _omitted(output: ir.Value) -> bool:

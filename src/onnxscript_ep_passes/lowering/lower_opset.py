@@ -57,7 +57,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxscript_ep_passes.errors import DowngradeError, Refusal, built_node_reason
-from onnxscript_ep_passes.lowering import schemas, work
+from onnxscript_ep_passes.lowering import context, schemas, work
 from onnxscript_ep_passes.lowering.context import DowngradeContext, NodeNames, NodeRefusedError
 from onnxscript_ep_passes.lowering.expansion import function_body_version, meaning_changed
 from onnxscript_ep_passes.lowering.function_body import expand_function_body
@@ -79,13 +79,6 @@ ORT_TRACKING_ISSUE = "https://github.com/microsoft/onnxruntime/issues/27729"
 MIN_TARGET_OPSET = 18
 
 _ModelT = TypeVar("_ModelT", ir.Model, onnx.ModelProto)
-
-
-@dataclasses.dataclass
-class _Scope:
-    graph: ir.Graph | ir.Function
-    opset: int
-    label: str
 
 
 class _Lowering:
@@ -112,34 +105,13 @@ class _Lowering:
         self._lent_shapes: list[ir.Value] = []
         self._used_initializers: list[tuple[ir.Graph, ir.Value]] = []
 
-    def scopes(self) -> list[_Scope]:
-        scopes = []
-        main = default_opset(self.model.opset_imports)
-        if main is not None and main > self.target:
-            scopes.append(_Scope(self.model.graph, main, f"graph '{self.model.graph.name}'"))
-        for function in self.model.functions.values():
-            opset = default_opset(function.opset_imports)
-            if opset is not None and opset > self.target:
-                label = f"function '{function.domain}::{function.name}'"
-                scopes.append(_Scope(function, opset, label))
-        return scopes
-
     def run(self) -> None:
-        main_nodes, subgraphs = work.walk(self.model.graph)
+        visits, subgraphs = work.visits(self.model, self.target)
         self._used_initializers = [
             (graph, value)
             for graph in (self.model.graph, *subgraphs)
             for value in graph.initializers.values()
             if value.uses()
-        ]
-        visits = [
-            (node, opset, scope.label)
-            for scope in self.scopes()
-            for node, opset in work.stepping_nodes(
-                main_nodes if scope.graph is self.model.graph else work.walk(scope.graph)[0],
-                scope.opset,
-                self.target,
-            )
         ]
         # Types are inferred from the model as written, before the first change.
         self.oracle.prepare(*work.prepared_values(visits, self.target, self.registry))
@@ -187,12 +159,17 @@ class _Lowering:
                 reason = f"no adapter for this change ({diff.summary})"
                 self._refuse(node, start, version, reason, scope)
                 return
+            if entry.derived and previous is not None:  # a type rule: nothing built or changed
+                refused = context.types_refused_below(node, version, previous, self.oracle.type_of)
+                if refused is None:
+                    version = previous
+                    continue
+                self._refuse(node, start, version, refused, scope)
+                return
             ctx = DowngradeContext(node, version, previous, self.target, self.oracle, self.names)
-            changed = None
-            if not entry.derived:
-                changed = self.journal.snapshot_node(node)
-                if entry.lend_shapes or work.asks_every_shape():
-                    self._lend_inferred_shapes(node)
+            changed = self.journal.snapshot_node(node)
+            if entry.lend_shapes or work.asks_every_shape():
+                self._lend_inferred_shapes(node)
             try:
                 result = entry.adapter(node, ctx)
                 if result is not None:
@@ -208,7 +185,7 @@ class _Lowering:
             if built and not entry.lend_shapes:
                 raise AssertionError(f"{node.op_type}-{version} is lent no shapes: it builds none")
             self.built_nodes.extend(n for n, _ in built)
-            if result is not None or built or (changed is not None and changed()):
+            if result is not None or built or changed():
                 self.rewritten.add(node)
                 logger.debug(
                     "%s: %s '%s' stepped down from %d (%s): %d new nodes",
@@ -400,7 +377,7 @@ def run_lowering(
         )
     source = default_opset(model.opset_imports)
     lowering = _Lowering(model, target_opset, registry or DEFAULT_REGISTRY)
-    if not lowering.scopes():
+    if not work.scopes(model, target_opset):
         logger.debug("'%s' is already at or below opset %d", model.graph.name, target_opset)
         return LoweringResult(model, False, source, target_opset)
     try:

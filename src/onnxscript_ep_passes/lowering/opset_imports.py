@@ -20,8 +20,8 @@ from collections.abc import Mapping
 import onnx
 import onnx_ir as ir
 
+from onnxscript_ep_passes._onnx import walk
 from onnxscript_ep_passes.lowering import schemas
-from onnxscript_ep_passes.lowering.work import walk
 
 
 @functools.cache

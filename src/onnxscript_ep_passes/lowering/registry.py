@@ -128,7 +128,10 @@ class AdapterRegistry:
 
 
 def _type_rule(node: ir.Node, ctx: DowngradeContext) -> None:
-    """The older schema accepts the node when all its tensor types are allowed there."""
+    """The older schema accepts the node when all its tensor types are allowed there.
+
+    The pass applies a derived entry's rule itself, without a context (the same check).
+    """
     ctx.require_types_allowed_below()
 
 

@@ -2,48 +2,92 @@
 
 Rules:
 
-* :func:`walk` (:func:`onnxscript_ep_passes._onnx.walk`, shared with the EP search) lists
-  a graph's nodes in onnx-ir's ``RecursiveGraphIterator`` order (each node, then the
-  nodes of its subgraphs, depth first) and its subgraphs in ``Graph.subgraphs()`` order,
-  without a generator per node.
-* :func:`stepping_nodes` keeps, in that order, only the default-domain nodes a step may
-  apply to: those whose schema at their opset is newer than the target, and those with
-  no schema (carried or refused by the pass). Any other node is at the target already;
-  the pass would look it up and leave it alone.
+* The scopes (:func:`scopes`) are the main graph and each model-local function whose
+  ai.onnx opset is above the target. :func:`visits` lists, scope by scope and in
+  :func:`walk` order (:func:`onnxscript_ep_passes._onnx.walk`, shared with the EP search:
+  onnx-ir's ``RecursiveGraphIterator`` order without a generator per node), only the
+  default-domain nodes a step may apply to (:func:`stepping_nodes`): those whose schema
+  at their opset is newer than the target, and those with no schema (carried or refused
+  by the pass). Any other node is at the target already; the pass would look it up and
+  leave it alone.
 * :func:`prepared_values` names the values whose types the steps read from the model as
   it is before the first change. A type rule reads only its node's types. A hand-written
   adapter (and every node it builds) may read its node's inputs' shapes too: the pass
   lends them from inference, unless the adapter is registered with ``lend_shapes=False``
-  (it reads no shape and builds no node; the pass checks the latter). A value an adapter builds is typed by per-node inference;
-  one that replaces a node's output takes the old value's type and shape when it has
-  none, so a later node's rewired input is known exactly when the old value was. Only
-  for these values can the model-wide inference change what an adapter sees, so it runs
-  only when one of them lacks what its readers need (:meth:`.TypeOracle.prepare`).
-  Within :func:`every_shape_asked` every value of a stepping node counts as read with
-  its shape and every hand-written adapter is lent shapes (the rules before these, which
-  inferred more often): tests compare the two.
+  (it reads no shape and builds no node; the pass checks the latter). A value an adapter
+  builds is typed by per-node inference; one that replaces a node's output takes the old
+  value's type and shape when it has none, so a later node's rewired input is known
+  exactly when the old value was. Only for these values can the model-wide inference
+  change what an adapter sees, so it runs only when one of them lacks what its readers
+  need (:meth:`.TypeOracle.prepare`). Within :func:`every_shape_asked` every value of a
+  stepping node counts as read with its shape and every hand-written adapter is lent
+  shapes (the rules before these, which inferred more often): tests compare the two.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "Scope",
     "asks_every_shape",
     "every_shape_asked",
     "prepared_values",
+    "scopes",
     "stepping_nodes",
+    "visits",
     "walk",
 ]
 
 import contextlib
+import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
 
 import onnx_ir as ir
 
 from onnxscript_ep_passes._onnx import walk
 from onnxscript_ep_passes.lowering import schemas
+from onnxscript_ep_passes.lowering.opset_imports import default_opset
 from onnxscript_ep_passes.lowering.registry import AdapterRegistry
 
 _every_shape = [False]
+
+
+@dataclasses.dataclass
+class Scope:
+    """A graph or function lowered from its own ai.onnx opset; ``label`` names it."""
+
+    graph: ir.Graph | ir.Function
+    opset: int
+    label: str
+
+
+def scopes(model: ir.Model, target: int) -> list[Scope]:
+    """The main graph and the functions whose ai.onnx opset is above ``target``."""
+    found = []
+    main = default_opset(model.opset_imports)
+    if main is not None and main > target:
+        found.append(Scope(model.graph, main, f"graph '{model.graph.name}'"))
+    for function in model.functions.values():
+        opset = default_opset(function.opset_imports)
+        if opset is not None and opset > target:
+            label = f"function '{function.domain}::{function.name}'"
+            found.append(Scope(function, opset, label))
+    return found
+
+
+def visits(model: ir.Model, target: int) -> tuple[list[tuple[ir.Node, int, str]], list[ir.Graph]]:
+    """The nodes a step may apply to, each with its opset and scope label, in order; and
+    the main graph's subgraphs."""
+    main_nodes, subgraphs = walk(model.graph)
+    found = [
+        (node, opset, scope.label)
+        for scope in scopes(model, target)
+        for node, opset in stepping_nodes(
+            main_nodes if scope.graph is model.graph else walk(scope.graph)[0],
+            scope.opset,
+            target,
+        )
+    ]
+    return found, subgraphs
 
 
 @contextlib.contextmanager
