@@ -13,11 +13,17 @@ that grew with the model. Rules:
    garbage made in a step (a placement prediction's flat graph, a trial's expansion)
    is freed, while the model, made before, is not scanned again. The total work is
    linear in what the steps allocate.
+3. Inside :func:`frozen_heap`, the objects that exist when it starts, and those alive at
+   each :func:`freeze_young` call, are moved out of the collector's reach
+   (``gc.freeze``) until the block ends (``gc.unfreeze``): a young-generation collection
+   would otherwise scan once, and keep, the model and its working copy (millions of
+   objects at 40k nodes). It changes nothing when objects were frozen before it started
+   (another owner's), and garbage among the frozen objects waits for the block's end.
 """
 
 from __future__ import annotations
 
-__all__ = ["collect_young", "paused_collector"]
+__all__ = ["collect_young", "freeze_young", "frozen_heap", "paused_collector"]
 
 import contextlib
 import gc
@@ -39,3 +45,28 @@ def paused_collector() -> Iterator[None]:
 def collect_young() -> int:
     """Free the cyclic garbage made since the previous call (rule 2); the objects freed."""
     return gc.collect(0)
+
+
+_frozen = [False]  # inside frozen_heap, and it froze
+
+
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[None]:
+    """What exists now is out of every collection's reach inside the block (rule 3)."""
+    if _frozen[0] or gc.get_freeze_count():  # frozen already (ours or another owner's)
+        yield
+        return
+    gc.freeze()
+    _frozen[0] = True
+    try:
+        yield
+    finally:
+        _frozen[0] = False
+        gc.unfreeze()
+
+
+def freeze_young() -> None:
+    """Inside :func:`frozen_heap`, move what is alive now out of the collector's reach too
+    (rule 3); elsewhere, nothing."""
+    if _frozen[0]:
+        gc.freeze()

@@ -69,7 +69,7 @@ import os
 
 import onnx_ir as ir
 
-from onnxscript_ep_passes._collector import paused_collector
+from onnxscript_ep_passes._collector import freeze_young, frozen_heap, paused_collector
 from onnxscript_ep_passes._copies import adopt, copy_with_origins
 from onnxscript_ep_passes.ep.cost import (
     PlacementCost,
@@ -202,6 +202,7 @@ class EpLoweringChoice:
 
 
 @paused_collector()  # each candidate collects what it left (:mod:`.._collector`)
+@frozen_heap()  # ... and no collection scans the model or the working copy
 def _search(
     model: ir.Model,
     table: KernelTable,
@@ -228,12 +229,14 @@ def _search(
         search.add_legalized(model, source_plain, set(), 0)
     if target_opset is not None and target_opset < source:
         work, origin = copy_with_origins(model)
+        freeze_young()
         state = WorkState(origin)
         plain = search.lower_and_predict(work, target_opset, state)
         if legalize:
             search.add_legalized(work, plain, state.built, len(state.replaced))
     elif not _wholly_on_ep(source_plain.prediction):
         work, origin = copy_with_origins(model)
+        freeze_young()
         state = WorkState(origin)
         opsets = range(source - 1, floor - 1, -1)
         for opset in track(opsets, f"{table.ep}: candidate opsets"):

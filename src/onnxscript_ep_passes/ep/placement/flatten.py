@@ -235,9 +235,13 @@ class Flattener:
             if domain == "ai.onnx":
                 domain = ""
             inputs: list[FlatValue | None] = []
+            in_types: list[str | None] = []  # for the decision's key
             for v in node.inputs:
                 val = env.get(v) if v is not None else None
-                inputs.append(val if val is not None else lookup(v, scope, env, outer))
+                if val is None:
+                    val = lookup(v, scope, env, outer)
+                inputs.append(val)
+                in_types.append(None if val is None else val.dtype)
             if functions:
                 fn = functions.get((node.domain, op_type, node.overload))
                 if fn is not None:
@@ -275,26 +279,23 @@ class Flattener:
                     val.consumers.append((flat, i))
             untyped = False
             outputs = flat.outputs
+            out_types: list[str | None] = []
             for slot, out in enumerate(node.outputs):
                 if not out.name:
                     outputs.append(None)
+                    out_types.append(None)
                     continue
                 dtype = type_string(out.type)
                 val = FlatValue(out.name, "node", dtype, None, flat, slot, [], False, out)
                 values.append(val)
                 env[out] = val
                 outputs.append(val)
+                out_types.append(dtype)
                 untyped = untyped or dtype is None
             if schema is not None and untyped:
                 infer_types(flat, node, schema, opset)
-            key = (
-                domain,
-                op_type,
-                since,
-                schema is not None,
-                tuple([None if v is None else v.dtype for v in inputs]),
-                tuple([None if v is None else v.dtype for v in outputs]),
-            )
+                out_types = [None if v is None else v.dtype for v in outputs]
+            key = (domain, op_type, since, schema is not None, tuple(in_types), tuple(out_types))
             decision = decisions.get(key)
             if decision is None:
                 decision = decisions[key] = decide(flat, schema, self.table)
