@@ -210,3 +210,74 @@ def test_skipped_inference_changes_nothing(
     assert _steps(proto) == expected
     if name != "loop_and_functions":  # its values all declare types and shapes
         assert inferred[0] < asked_every_shape
+
+
+def _versions(model: ir.Model) -> list[tuple[str, int]]:
+    graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
+    return [
+        (node.name or node.op_type, node.version)
+        for graph in graphs
+        for node in ir.traversal.RecursiveGraphIterator(graph)
+        if node.version is not None
+    ]
+
+
+def _reshape_model(*, cond: bool = False) -> ir.Model:
+    inputs = [tensor_info("X", F, [2, 3]), tensor_info("s", TensorProto.INT64, [1])]
+    inputs += [tensor_info("C", TensorProto.BOOL, [])] if cond else []
+    proto = make_model(
+        [oh.make_node("Reshape", ["X", "s"], ["Y"], name="reshape")],
+        inputs,
+        [tensor_info("Y", F, [6])],
+        opset=24,
+    )
+    return ir.from_proto(proto)
+
+
+def test_per_node_versions_the_model_had_are_cleared() -> None:
+    model = ir.from_proto(_nested_if(24))
+    nodes = list(ir.traversal.RecursiveGraphIterator(model.graph))
+    for node in nodes:
+        node.version = 24
+    run_lowering(model, 23)
+    assert _versions(model) == []
+
+
+def test_per_node_versions_of_built_nodes_are_cleared() -> None:
+    registry = AdapterRegistry()
+
+    @register_downgrade("Reshape", 24, registry=registry)
+    def reshape_24(node: ir.Node, ctx: DowngradeContext) -> list[ir.Value | None]:
+        reshaped = ctx.op("Reshape", list(node.inputs))
+        producer = reshaped.producer()
+        assert producer is not None
+        producer.version = 23
+        return [reshaped]
+
+    model = _reshape_model()
+    run_lowering(model, 23, registry=registry)
+    assert [n.op_type for n in model.graph] == ["Reshape"]
+    assert _versions(model) == []
+
+
+def test_per_node_versions_in_subgraphs_of_built_nodes_are_cleared() -> None:
+    registry = AdapterRegistry()
+
+    @register_downgrade("Reshape", 24, registry=registry)
+    def reshape_24(node: ir.Node, ctx: DowngradeContext) -> list[ir.Value | None]:
+        reshaped = ctx.op("Reshape", list(node.inputs))
+        branches = []
+        for name in ("then_branch", "else_branch"):
+            inner = ir.Node("", "Identity", [reshaped], name=f"{name}_identity", version=23)
+            inner.outputs[0].name = f"{name}_out"
+            graph = ir.Graph([], inner.outputs, nodes=[inner], name=name)
+            branches.append(ir.AttrGraph(name, graph))
+        if_node = ir.Node("", "If", [model.graph.inputs[2]], branches, name="if")
+        ctx.insert(if_node, ctx.opset, infer=False)
+        if_node.outputs[0].type = reshaped.type
+        return [if_node.outputs[0]]
+
+    model = _reshape_model(cond=True)
+    run_lowering(model, 23, registry=registry)
+    assert [n.op_type for n in model.graph] == ["Reshape", "If"]
+    assert _versions(model) == []

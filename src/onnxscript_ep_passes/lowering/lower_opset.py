@@ -104,9 +104,10 @@ class _Lowering:
         self._dead_set: set[ir.Node] = set()
         self._lent_shapes: list[ir.Value] = []
         self._used_initializers: list[tuple[ir.Graph, ir.Value]] = []
+        self.versioned = True  # whether a main-graph node had a per-node version (run())
 
     def run(self) -> None:
-        visits, subgraphs = work.visits(self.model, self.target)
+        visits, subgraphs, self.versioned = work.visits(self.model, self.target)
         self._used_initializers = [
             (graph, value)
             for graph in (self.model.graph, *subgraphs)
@@ -394,7 +395,9 @@ def run_lowering(
             model_name=model.graph.name,
         )
     built, replaced = lowering.commit()
-    relabel(model, target_opset)
+    relabel(
+        model, target_opset, versions_in_main=work.may_carry_versions(lowering.versioned, built)
+    )
     return LoweringResult(
         model,
         True,

@@ -46,12 +46,19 @@ def _set_default_opset(opsets: dict[str, int], version: int) -> None:
             opsets[domain] = version
 
 
-def relabel(model: ir.Model, target: int) -> None:
+def relabel(model: ir.Model, target: int, *, versions_in_main: bool = True) -> None:
+    """Relabel ``model`` for ``target`` (module docstring).
+
+    ``versions_in_main=False``: the caller knows no node of the main graph (subgraphs
+    included) carries a per-node version, so the main graph is not walked.
+    """
     graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
     for graph in graphs:
         opset = default_opset(graph.opset_imports)
         if opset is not None and opset > target:
             _set_default_opset(graph.opset_imports, target)
+        if graph is model.graph and not versions_in_main:
+            continue
         for node in walk(graph)[0]:
             if node.version is not None and schemas.is_default_domain(node.domain):
                 node.version = None

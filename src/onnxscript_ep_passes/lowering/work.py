@@ -9,7 +9,8 @@ Rules:
   default-domain nodes a step may apply to (:func:`stepping_nodes`): those whose schema
   at their opset is newer than the target, and those with no schema (carried or refused
   by the pass). Any other node is at the target already; the pass would look it up and
-  leave it alone.
+  leave it alone. :func:`may_carry_versions` tells the relabelling whether the main graph
+  can hold a per-node version after the run; when not, it is not walked again.
 * :func:`prepared_values` names the values whose types the steps read from the model as
   it is before the first change. A type rule reads only its node's types. A hand-written
   adapter (and every node it builds) may read its node's inputs' shapes too: the pass
@@ -30,6 +31,7 @@ __all__ = [
     "Scope",
     "asks_every_shape",
     "every_shape_asked",
+    "may_carry_versions",
     "prepared_values",
     "scopes",
     "stepping_nodes",
@@ -48,6 +50,8 @@ from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.opset_imports import default_opset
 from onnxscript_ep_passes.lowering.registry import AdapterRegistry
 
+_GRAPH = ir.AttributeType.GRAPH
+_GRAPHS = ir.AttributeType.GRAPHS
 _every_shape = [False]
 
 
@@ -74,9 +78,12 @@ def scopes(model: ir.Model, target: int) -> list[Scope]:
     return found
 
 
-def visits(model: ir.Model, target: int) -> tuple[list[tuple[ir.Node, int, str]], list[ir.Graph]]:
-    """The nodes a step may apply to, each with its opset and scope label, in order; and
-    the main graph's subgraphs."""
+def visits(
+    model: ir.Model, target: int
+) -> tuple[list[tuple[ir.Node, int, str]], list[ir.Graph], bool]:
+    """The nodes a step may apply to, each with its opset and scope label, in order; the
+    main graph's subgraphs; whether a node of the main graph (or of its subgraphs)
+    carries a per-node version."""
     main_nodes, subgraphs = walk(model.graph)
     found = [
         (node, opset, scope.label)
@@ -87,7 +94,18 @@ def visits(model: ir.Model, target: int) -> tuple[list[tuple[ir.Node, int, str]]
             target,
         )
     ]
-    return found, subgraphs
+    return found, subgraphs, any(node.version is not None for node in main_nodes)
+
+
+def may_carry_versions(versioned: bool, built: Iterable[ir.Node]) -> bool:
+    """Whether, after a run, a node of the main graph may carry a per-node version: one
+    did before it (``versioned``, from :func:`visits`), or a node it built does or holds
+    a subgraph. Adapters change no other node's version (:mod:`.lower_opset`, rule 4)."""
+    return versioned or any(
+        node.version is not None
+        or any(a.type is _GRAPH or a.type is _GRAPHS for a in node.attributes.data.values())
+        for node in built
+    )
 
 
 @contextlib.contextmanager
