@@ -12,6 +12,7 @@ __all__ = [
     "AdapterCase",
     "assert_lowers_exactly",
     "assert_refuses",
+    "benchmark_decoder",
     "check_refusals",
     "make_model",
     "random_feeds",
@@ -26,6 +27,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -38,6 +40,19 @@ from onnxscript_ep_passes import DowngradeError, lower_opset
 from onnxscript_ep_passes.lowering.lower_opset import max_ir_version_for_opset
 
 Feeds = dict[str, np.ndarray]
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def benchmark_decoder(path: Path, nodes: int = 200, weight_bytes: int = 200_000) -> onnx.ModelProto:
+    """``benchmarks/make_decoder.py``'s decoder of about ``nodes`` nodes (opset 24: an
+    Attention, RotaryEmbedding and RMSNormalization per block), written to ``path``."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import make_decoder
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    make_decoder.build(path, nodes, weight_bytes)
+    return onnx.load(path)
 
 
 @dataclasses.dataclass

@@ -25,11 +25,10 @@ from onnx import TensorProto, numpy_helper
 from onnxscript_ep_passes.lowering import body_cache, function_body
 from onnxscript_ep_passes.lowering.expansion import expand_node
 from onnxscript_ep_passes.lowering.lower_opset import run_lowering
-from tests.harness import make_model, run_model, tensor_info
+from tests.harness import benchmark_decoder, make_model, run_model, tensor_info
 from tests.torch_models import llm_export
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @pytest.fixture(autouse=True)
@@ -69,16 +68,7 @@ def _uncached(proto: onnx.ModelProto, target: int) -> bytes:
 
 
 def _decoder(tmp_path: Path) -> onnx.ModelProto:
-    import sys
-
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import make_decoder
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    path = tmp_path / "decoder.onnx"
-    make_decoder.build(path, 200, 200_000)
-    return onnx.load(path)
+    return benchmark_decoder(tmp_path / "decoder.onnx")
 
 
 MODELS: dict[str, Callable[[Path], onnx.ModelProto]] = {

@@ -10,7 +10,6 @@ every value for its shape, while skipping inference that rule runs.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,9 +31,8 @@ from onnxscript_ep_passes.lowering.registry import (
 )
 from tests.ep.models import if_model, loop_and_nested_functions_model
 from tests.harness import make_model, tensor_info
-from tests.torch_models import llm_export
+from tests.lowering.test_body_cache import MODELS as BODY_CACHE_MODELS
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 F = TensorProto.FLOAT
 
 
@@ -170,21 +168,9 @@ def test_an_adapter_lent_no_shapes_may_build_no_node() -> None:
     assert ir.to_proto(model).SerializeToString() == unchanged
 
 
-def _decoder(tmp_path: Path) -> onnx.ModelProto:
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import make_decoder
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    path = tmp_path / "decoder.onnx"
-    make_decoder.build(path, 200, 200_000)
-    return onnx.load(path)
-
-
+# The real models the body-cache test lowers, and one with a Loop and nested functions.
 MODELS: dict[str, Callable[[Path], onnx.ModelProto]] = {
-    "decoder": _decoder,
-    "llama": lambda _: llm_export("llama", 24),
-    "gemma3_kv": lambda _: llm_export("gemma3", 24, kv_cache=True),
+    **BODY_CACHE_MODELS,
     "loop_and_functions": lambda _: loop_and_nested_functions_model(24),
 }
 
