@@ -40,8 +40,8 @@ from onnxscript_ep_passes.ep.memo import BoundedCache, shape_key
 logger = logging.getLogger(__name__)
 
 Inferred = tuple[ir.DataType | None, ir.Shape | None]
-# Per output: None (no tensor type inferred), else (element type or 0, shape or None).
-_Outputs = tuple[tuple[int, ir.Shape | None] | None, ...]
+# Per output: None (no tensor type inferred), else (element type or None, shape or None).
+_Outputs = tuple[tuple[ir.DataType | None, ir.Shape | None] | None, ...]
 _INFERRED: BoundedCache[Hashable, _Outputs] = BoundedCache(limit=1 << 14)
 _INLINE_BYTES = 256
 # An input: its type, shape and, for a small constant, its tensor.
@@ -127,7 +127,7 @@ def _infer_node(
         if inferred is None:
             continue
         elem_type, inferred_shape = inferred
-        dtype = ir.DataType(elem_type) if elem_type else value.dtype
+        dtype = elem_type if elem_type is not None else value.dtype
         shape = value.shape if value.shape is not None else inferred_shape
         known[value] = (dtype, shape)
 
@@ -179,7 +179,7 @@ def _run_inference(
     except Exception as error:  # best effort (rule 3)
         logger.debug("no shape inference for %s (%s): %s", node.name, node.op_type, error)
         return tuple(None for _ in outputs)
-    found: list[tuple[int, ir.Shape | None] | None] = []
+    found: list[tuple[ir.DataType | None, ir.Shape | None] | None] = []
     for name in outputs:
         inferred = result.get(name)
         if inferred is None or not inferred.HasField("tensor_type"):
@@ -195,7 +195,8 @@ def _run_inference(
                 ],
                 frozen=True,
             )
-        found.append((tensor_type.elem_type, shape))
+        elem_type = tensor_type.elem_type
+        found.append((ir.DataType(elem_type) if elem_type else None, shape))
     return tuple(found)
 
 
