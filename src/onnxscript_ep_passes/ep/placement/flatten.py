@@ -45,7 +45,12 @@ from onnxscript_ep_passes.ep.live_tables import live_table
 from onnxscript_ep_passes.ep.memo import BoundedCache, shape_key
 from onnxscript_ep_passes.ep.names import CPU_EP, normalize_domain
 from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatScope, FlatValue
-from onnxscript_ep_passes.ep.placement.kernels import Decision, decide, infer_types, type_proto
+from onnxscript_ep_passes.ep.placement.kernels import (
+    cached_decision,
+    decisions_of,
+    infer_types,
+    type_proto,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -217,8 +222,7 @@ class Flattener:
         origin: _Origin,
     ) -> None:
         # The loop body runs once per node of every prediction: names are bound locally,
-        # and the kernel decision's key (kernels.decide_kernel's) is built from the type
-        # strings read here.
+        # and the kernel decision is looked up by the type strings read here.
         scope_label = scope.name + fn_scope
         model_node = origin.inlined_from
         inlined = model_node is not None
@@ -226,7 +230,8 @@ class Flattener:
         functions = self.functions
         facts = self._facts
         values, placed, order = scope.values, scope.nodes, self.order
-        decisions: dict[Hashable, Decision] = self.table.memo("placement.decide_kernel")
+        table = self.table
+        decisions = decisions_of(table)
         lookup = self._lookup
         graph_types = _GRAPH_TYPES
         for node in nodes:
@@ -295,11 +300,9 @@ class Flattener:
             if schema is not None and untyped:
                 infer_types(flat, node, schema, opset)
                 out_types = [None if v is None else v.dtype for v in outputs]
-            key = (domain, op_type, since, schema is not None, tuple(in_types), tuple(out_types))
-            decision = decisions.get(key)
-            if decision is None:
-                decision = decisions[key] = decide(flat, schema, self.table)
-            flat.on_ep, flat.reason, flat.reason_code = decision
+            flat.on_ep, flat.reason, flat.reason_code = cached_decision(
+                decisions, flat, schema, table, tuple(in_types), tuple(out_types)
+            )
             placed.append(flat)
             order.append(flat)
             attributes = node.attributes.data

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 __all__ = [
     "Decision",
+    "cached_decision",
     "decide",
     "decide_kernel",
+    "decisions_of",
     "infer_types",
     "proto_type_string",
     "type_bindings",
@@ -189,26 +191,40 @@ def type_bindings(flat: FlatNode, schema: onnx.defs.OpSchema | None) -> dict[str
 
 def decide_kernel(flat: FlatNode, schema: onnx.defs.OpSchema | None, table: KernelTable) -> None:
     """Place ``flat`` on the EP when ``table`` has a kernel for it (module docstring)."""
-    assert flat.since_version is not None
-    key = (
-        flat.domain,
-        flat.op_type,
-        flat.since_version,
-        schema is not None,
-        tuple([None if v is None else v.dtype for v in flat.inputs]),
-        tuple([None if v is None else v.dtype for v in flat.outputs]),
+    in_types = tuple([None if v is None else v.dtype for v in flat.inputs])
+    out_types = tuple([None if v is None else v.dtype for v in flat.outputs])
+    flat.on_ep, flat.reason, flat.reason_code = cached_decision(
+        decisions_of(table), flat, schema, table, in_types, out_types
     )
-    decisions: dict[Hashable, Decision] = table.memo("placement.decide_kernel")
+
+
+def decisions_of(table: KernelTable) -> dict[Hashable, Decision]:
+    """The kernel decisions kept for ``table`` (:func:`cached_decision`)."""
+    return table.memo("placement.decide_kernel")
+
+
+def cached_decision(
+    decisions: dict[Hashable, Decision],
+    flat: FlatNode,
+    schema: onnx.defs.OpSchema | None,
+    table: KernelTable,
+    in_types: tuple[str | None, ...],
+    out_types: tuple[str | None, ...],
+) -> Decision:
+    """:func:`decide`, kept in ``decisions`` (:func:`decisions_of` ``table``) by all it
+    reads: domain, op, since_version, whether a schema is known, and the types of
+    ``flat``'s inputs and outputs (``in_types``, ``out_types``: each value's ``dtype``,
+    None when absent)."""
+    key = (flat.domain, flat.op_type, flat.since_version, schema is not None, in_types, out_types)
     decision = decisions.get(key)
     if decision is None:
         decision = decisions[key] = decide(flat, schema, table)
-    flat.on_ep, flat.reason, flat.reason_code = decision
+    return decision
 
 
 def decide(flat: FlatNode, schema: onnx.defs.OpSchema | None, table: KernelTable) -> Decision:
-    """Whether ``table`` has a kernel for ``flat``, uncached (:func:`decide_kernel` caches it
-    by the key it reads: domain, op, since_version, whether a schema is known, and the input
-    and output types)."""
+    """Whether ``table`` has a kernel for ``flat``, uncached (:func:`cached_decision`
+    caches it)."""
     assert flat.since_version is not None
     kernel, reason = table.explain(
         flat.domain, flat.op_type, flat.since_version, type_bindings(flat, schema)
