@@ -183,14 +183,14 @@ def _lower_proto(args: argparse.Namespace, external: bool | None) -> str | None:
     """Lower and save without building the IR when only labels change (see
     lowering/proto_fast_path.py); None when the full pass must run."""
     from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass, default_opset
-    from onnxscript_ep_passes.lowering.proto_fast_path import try_lower_proto
+    from onnxscript_ep_passes.lowering.proto_fast_path import may_lower_proto, try_lower_proto
     from onnxscript_ep_passes.model_io import ProtoSave, load_graph_proto, proto_source_file
 
     LowerOpsetPass(args.target_opset)  # rejects a target it does not support
     proto = load_graph_proto(args.model)
     source = default_opset({o.domain: o.version for o in proto.opset_import})
     data = proto_source_file(proto, args.model, external_data=external, weights=args.weights)
-    if data is False or source is None or source <= args.target_opset or len(proto.functions):
+    if data is False or not may_lower_proto(proto, args.target_opset):
         return None
     with ProtoSave(proto, args.output, data) as saving:  # the weights copy starts now
         if not try_lower_proto(proto, args.target_opset):

@@ -32,7 +32,7 @@ Rules:
 
 from __future__ import annotations
 
-__all__ = ["try_lower_proto"]
+__all__ = ["may_lower_proto", "try_lower_proto"]
 
 import collections
 import functools
@@ -268,6 +268,13 @@ def _node_steps_down(
     return True if work is node or work == node else work
 
 
+def may_lower_proto(proto: onnx.ModelProto, target: int) -> bool:
+    """Whether :func:`try_lower_proto` can answer True, from the model's header alone:
+    an ai.onnx opset above ``target`` and no model-local function (rule 2)."""
+    source = default_opset({o.domain: o.version for o in proto.opset_import})
+    return source is not None and source > target and not len(proto.functions)
+
+
 def try_lower_proto(
     proto: onnx.ModelProto, target: int, *, registry: AdapterRegistry | None = None
 ) -> bool:
@@ -275,10 +282,10 @@ def try_lower_proto(
     registry = registry or DEFAULT_REGISTRY
     from onnxscript_ep_passes.lowering import adapters  # noqa: F401 - registers them
 
-    opsets = {o.domain: o.version for o in proto.opset_import}
-    source = default_opset(opsets)
-    if source is None or source <= target or len(proto.functions):
+    if not may_lower_proto(proto, target):
         return False
+    source = default_opset({o.domain: o.version for o in proto.opset_import})
+    assert source is not None  # may_lower_proto
     graph = proto.graph
     declared = _Declared(graph)
     steps: dict[tuple[str, str], bool] = {}  # (domain, op) -> unchanged at the target
