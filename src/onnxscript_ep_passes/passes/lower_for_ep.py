@@ -29,11 +29,12 @@ Rules the pass follows:
    lowering (as the lowering reports them) have their static shape math folded, and
    whose remaining fallback nodes are expanded through their ONNX function bodies where
    that lowers the predicted cost; it is predicted and priced, then put back as it was
-   (:mod:`~onnxscript_ep_passes._checkpoint`), so the search holds one copy of the model. All candidates, plain and legalized, compete on
-   one rank (:func:`~onnxscript_ep_passes.ep.cost.candidate_rank`): the cost, then fewer
-   of the model's nodes replaced (by the lowering's adapters, or by legalization's
-   expansions: so a native kernel at a reachable opset beats an expansion), then the
-   higher opset, then plain before legalized. Among plain candidates this picks what
+   (:mod:`~onnxscript_ep_passes._checkpoint`), so the search holds one copy of the model.
+   All candidates, plain and legalized, compete on one rank
+   (:func:`~onnxscript_ep_passes.ep.cost.candidate_rank`): the cost, then fewer of the
+   model's nodes replaced (by the lowering's adapters, or by legalization's expansions:
+   so a native kernel at a reachable opset beats an expansion), then the higher opset,
+   then plain before legalized. Among plain candidates this picks what
    rule 3 picks (lowering further never replaces fewer nodes), and a node the EP runs is
    never expanded. A chosen legalized candidate is rebuilt from the model (the same
    lowering steps, then legalization) and is the model the pass keeps (its graph is moved
