@@ -117,6 +117,29 @@ def make_model(
     return model
 
 
+def gelu_in_if(if_name: str, output: str) -> onnx.NodeProto:
+    """``output = If(c, then: Neg(Gelu(x)), else: Neg(x))`` over ``x`` float [2, 5]: a
+    Gelu-24 in a subgraph, for passes that must reach into subgraphs."""
+    out = onnx.helper.make_tensor_value_info
+    make_node = onnx.helper.make_node
+    float_ = onnx.TensorProto.FLOAT
+    then_branch = onnx.helper.make_graph(
+        [
+            make_node("Gelu", ["x"], ["g"], name="branch_gelu", approximate="tanh"),
+            make_node("Neg", ["g"], ["t"], name="then_neg"),
+        ],
+        "then",
+        [],
+        [out("t", float_, [2, 5])],
+    )
+    else_branch = onnx.helper.make_graph(
+        [make_node("Neg", ["x"], ["e"], name="else_neg")], "else", [], [out("e", float_, [2, 5])]
+    )
+    return make_node(
+        "If", ["c"], [output], name=if_name, then_branch=then_branch, else_branch=else_branch
+    )
+
+
 def reshape_chain(opset: int = 24, count: int = 1) -> onnx.ModelProto:
     """Relu then ``count`` Reshapes (``reshape0``...), [2, 6] -> [3, 4] float: at opset 24 the
     Reshapes miss CUDA 1.24's "Reshape 23+" kernel, at 23 they match it."""

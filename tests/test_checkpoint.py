@@ -13,7 +13,7 @@ from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.lowering.expansion import expand_node
 from onnxscript_ep_passes.lowering.lower_opset import run_lowering
 from onnxscript_ep_passes.passes.legalize import legalize
-from tests.harness import make_model
+from tests.harness import gelu_in_if, make_model
 from tests.torch_models import llm_export
 
 F = onnx.TensorProto.FLOAT
@@ -36,23 +36,9 @@ def _assert_uses_consistent(model: ir.Model) -> None:
 def _gelu_model() -> ir.Model:
     """``y = If(c, then: Neg(Gelu(x)), else: Neg(x)) + Gelu(x)`` at opset 24."""
     out = oh.make_tensor_value_info
-    then_branch = oh.make_graph(
-        [
-            oh.make_node("Gelu", ["x"], ["g"], name="branch_gelu", approximate="tanh"),
-            oh.make_node("Neg", ["g"], ["t"], name="then_neg"),
-        ],
-        "then",
-        [],
-        [out("t", F, [2, 5])],
-    )
-    else_branch = oh.make_graph(
-        [oh.make_node("Neg", ["x"], ["e"], name="else_neg")], "else", [], [out("e", F, [2, 5])]
-    )
     proto = make_model(
         [
-            oh.make_node(
-                "If", ["c"], ["i"], name="if", then_branch=then_branch, else_branch=else_branch
-            ),
+            gelu_in_if("if", "i"),
             oh.make_node("Gelu", ["x"], ["h"], name="main_gelu"),
             oh.make_node("Add", ["i", "h"], ["y"], name="add"),
         ],

@@ -34,7 +34,7 @@ from onnxscript_ep_passes.passes import (
     legalize,
 )
 from onnxscript_ep_passes.report import format_report, placement_report
-from tests.harness import make_model, run_model
+from tests.harness import gelu_in_if, make_model, run_model
 
 FLOAT = onnx.TensorProto.FLOAT
 
@@ -308,30 +308,8 @@ def test_legalize_pass_and_cpu_noop() -> None:
 def _gelu_in_if_model(if_name: str) -> onnx.ModelProto:
     """``y = If(c, then: Neg(Gelu(x)), else: Neg(x))``, the If named ``if_name``."""
     out = oh.make_tensor_value_info
-
-    then_branch = oh.make_graph(
-        [
-            oh.make_node("Gelu", ["x"], ["g"], name="branch_gelu", approximate="tanh"),
-            oh.make_node("Neg", ["g"], ["t"], name="then_neg"),
-        ],
-        "then",
-        [],
-        [out("t", FLOAT, [2, 5])],
-    )
-    else_branch = oh.make_graph(
-        [oh.make_node("Neg", ["x"], ["e"], name="else_neg")], "else", [], [out("e", FLOAT, [2, 5])]
-    )
     return make_model(
-        [
-            oh.make_node(
-                "If",
-                ["c"],
-                ["y"],
-                name=if_name,
-                then_branch=then_branch,
-                else_branch=else_branch,
-            )
-        ],
+        [gelu_in_if(if_name, "y")],
         [out("x", FLOAT, [2, 5]), out("c", onnx.TensorProto.BOOL, [])],
         [out("y", FLOAT, [2, 5])],
         24,
