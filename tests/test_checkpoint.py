@@ -1,4 +1,5 @@
-"""Checkpoints: a model edited in place and restored is saved byte for byte as before."""
+"""Checkpoints and edit logs: a model edited in place and restored is saved byte for byte
+as before."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import onnx.helper as oh
 import onnx_ir as ir
 import pytest
 
-from onnxscript_ep_passes._checkpoint import checkpoint
+from onnxscript_ep_passes._checkpoint import EditLog, checkpoint
 from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.lowering.expansion import expand_node
 from onnxscript_ep_passes.lowering.lower_opset import run_lowering
@@ -93,19 +94,63 @@ def test_restore_refuses_a_changed_function_set() -> None:
         mark.restore()
 
 
+def test_an_edit_log_undoes_its_edits_newest_first() -> None:
+    model = _gelu_model()
+    before = _saved(model)
+    log = EditLog()
+    gelu = next(n for n in model.graph if n.op_type == "Gelu")
+    add = next(n for n in model.graph if n.op_type == "Add")
+    relu = ir.node("Relu", [model.graph.inputs[0]], name="new_relu")
+    log.insert_before(model.graph, gelu, relu)
+    log.replace_all_uses_with(gelu.outputs[0], relu.outputs[0])
+    log.rename(gelu.outputs[0], None)
+    log.rename(relu.outputs[0], "h")
+    log.remove(model.graph, gelu)  # unused now
+    if_node = model.graph.node(0)  # first in the graph
+    log.replace_all_uses_with(if_node.outputs[0], model.graph.inputs[0])
+    log.remove(model.graph, if_node)
+    assert add.inputs[1] is relu.outputs[0]
+    log.replace_all_uses_with(relu.outputs[0], model.graph.inputs[0])
+    log.remove(model.graph, relu)  # made by the log, removed again
+    assert _saved(model) != before
+    log.restore()
+    assert _saved(model) == before
+    assert model.graph.node(1) is gelu and add.inputs[1] is gelu.outputs[0]
+    _assert_uses_consistent(model)
+    with pytest.raises(RuntimeError, match="at most once"):
+        log.restore()
+
+
+def test_an_edit_log_refuses_a_graph_with_nodes_it_did_not_make() -> None:
+    model = _gelu_model()
+    log = EditLog()
+    log.rename(model.graph.node(1).outputs[0], "renamed")
+    model.graph.append(ir.node("Relu", [model.graph.inputs[0]]))  # not through the log
+    with pytest.raises(RuntimeError, match="did not make"):
+        log.restore()
+
+
+@pytest.mark.parametrize("logged", [False, True], ids=["checkpoint", "edit_log"])
 @pytest.mark.parametrize("ep", ["webgpu", "cuda"])
-def test_a_real_legalization_is_undone_and_lowering_goes_on_as_without_it(ep: str) -> None:
-    """The EP search's use: legalize the working copy at 22, restore, lower on to 21."""
+def test_a_real_legalization_is_undone_and_lowering_goes_on_as_without_it(
+    ep: str, logged: bool
+) -> None:
+    """The EP search's use: legalize the working copy at 22, restore, lower on to 21.
+
+    Recorded by a checkpoint, or undone by an edit log (the folding logged, the first kept
+    rewrite's trial checkpoint nested in it)."""
     proto = llm_export("gemma3", 24, kv_cache=True)
     work, twin = ir.from_proto(proto), ir.from_proto(proto)
     built = set(run_lowering(work, 22).built)
     run_lowering(twin, 22)
     before = _saved(work)
     assert before == _saved(twin)
-    mark = checkpoint(work)
+    mark = EditLog() if logged else checkpoint(work)
     order = [n for n in ir.traversal.RecursiveGraphIterator(work.graph) if n in built]
-    result = legalize(work, get_table(ep, "1.24" if ep == "cuda" else None), built=order)
+    table = get_table(ep, "1.24" if ep == "cuda" else None)
+    result = legalize(work, table, built=order, log=mark if isinstance(mark, EditLog) else None)
     assert result.modified  # folding and expansions changed it
+    assert result.folded and (ep == "cuda" or result.expanded or result.widened)
     assert _saved(work) != before
     mark.restore()
     assert _saved(work) == before

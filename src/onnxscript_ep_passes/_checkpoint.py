@@ -21,11 +21,21 @@ only what the rewrites change and undoes them. Rules:
    model.
 4. A checkpoint is restored at most once (it lets go of what it recorded then), and
    checkpoints nest (restore the inner one first).
+5. An :class:`EditLog` is the other way to undo: instead of recording the whole model
+   up front (and walking it all again to put it back), the rewrite makes its edits
+   through the log (insert a node, replace a value's uses, rename a value, remove a
+   node), which records each one as it makes it; :meth:`EditLog.restore` undoes them
+   newest first, so its work follows the edits, not the model's size. A graph's node
+   order and name authority are recorded when the log first edits it (one pass over
+   its nodes). Edits made around the log are undone by a :class:`Checkpoint` taken
+   meanwhile and handed to :meth:`EditLog.nest` (undone in turn, newest first). The
+   model is then saved byte for byte as before (rule 2), uses included up to their
+   order; it raises rather than leave a graph whose nodes it cannot account for.
 """
 
 from __future__ import annotations
 
-__all__ = ["Checkpoint", "checkpoint"]
+__all__ = ["Checkpoint", "EditLog", "checkpoint"]
 
 import dataclasses
 import logging
@@ -235,3 +245,109 @@ class Checkpoint:
 def checkpoint(model: ir.Model) -> Checkpoint:
     """Record ``model`` so that :meth:`Checkpoint.restore` can put it back (module docstring)."""
     return Checkpoint(model)
+
+
+_INSERTED, _USES, _RENAMED, _REMOVED, _NESTED = range(5)
+
+
+class EditLog:
+    """Edits made through it, recorded to be undone (module docstring, rule 5)."""
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[Any, ...]] = []
+        self._graphs: dict[ir.Graph, tuple[list[ir.Node], _Names | None]] = {}
+        self._restored = False
+
+    def _touch(self, graph: ir.Graph) -> None:
+        if graph not in self._graphs:  # before its first edit: its nodes and names as they are
+            self._graphs[graph] = (list(graph), _Names.of(graph))
+
+    def insert_before(self, graph: ir.Graph, anchor: ir.Node, node: ir.Node) -> None:
+        """``graph.insert_before(anchor, node)``, ``node`` new (not in a graph)."""
+        self._touch(graph)
+        graph.insert_before(anchor, node)
+        self._entries.append((_INSERTED, graph, node))
+
+    def replace_all_uses_with(self, old: ir.Value, new: ir.Value) -> None:
+        """``old.replace_all_uses_with(new)``: ``old`` must not be a graph output."""
+        graph = old.graph
+        if graph is not None:
+            self._touch(graph)
+        self._entries.append((_USES, old, new, list(old.uses())))
+        old.replace_all_uses_with(new)
+
+    def rename(self, value: ir.Value, name: str | None) -> None:
+        """``value.name = name``."""
+        graph = value.graph
+        if graph is not None:
+            self._touch(graph)
+        self._entries.append((_RENAMED, value, value.name))
+        value.name = name
+
+    def remove(self, graph: ir.Graph, node: ir.Node) -> None:
+        """``graph.remove(node, safe=True)``: it must be unused."""
+        self._touch(graph)
+        inputs = node.inputs
+        graph.remove(node, safe=True)
+        self._entries.append((_REMOVED, graph, node, inputs))
+
+    def nest(self, mark: Checkpoint) -> None:
+        """Undo ``mark`` (taken after the edits logged so far) before them."""
+        self._entries.append((_NESTED, mark))
+
+    def restore(self) -> None:
+        """Undo every edit, newest first (module docstring, rule 5)."""
+        if self._restored:
+            raise RuntimeError("an edit log is restored at most once")
+        self._restored = True
+        for entry in reversed(self._entries):
+            kind = entry[0]
+            if kind == _NESTED:
+                entry[1].restore()
+            elif kind == _INSERTED:
+                _, graph, node = entry
+                for index in range(len(node.inputs)):  # it uses nothing of the model
+                    node.replace_input_with(index, None)
+                if node.graph is graph:  # not removed again since
+                    graph.remove(node, safe=False)
+            elif kind == _USES:
+                _, old, new, uses = entry
+                for user, index in uses:  # in their order: the uses come back in it
+                    if user.inputs[index] is new:
+                        user.replace_input_with(index, old)
+            elif kind == _RENAMED:
+                entry[1].name = entry[2]
+            else:  # _REMOVED: inputs now, its place in the graph below
+                node, inputs = entry[2], entry[3]
+                for index, source in enumerate(inputs):
+                    if node.inputs[index] is not source:
+                        node.replace_input_with(index, source)
+        for graph, (order, names) in self._graphs.items():
+            _put_back_order(graph, order)
+            if names is not None:
+                names.put_back(graph)
+        self._entries = []
+        self._graphs = {}
+
+
+def _put_back_order(graph: ir.Graph, order: list[ir.Node]) -> None:
+    """Put back in ``graph`` the nodes of ``order`` removed from it, in place."""
+    previous: ir.Node | None = None
+    for node in order:
+        owner = node.graph
+        if owner is None:
+            if previous is None:
+                first = next(iter(graph), None)
+                if first is None:
+                    graph.append(node)
+                else:
+                    graph.insert_before(first, node)
+            else:
+                graph.insert_after(previous, node)
+        elif owner is not graph:
+            raise RuntimeError(f"node '{node.name}' moved to another graph: cannot restore")
+        previous = node
+    if len(graph) != len(order):
+        raise RuntimeError(
+            f"graph '{graph.name}' has nodes the edit log did not make: cannot restore"
+        )

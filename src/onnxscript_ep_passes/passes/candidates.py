@@ -32,7 +32,7 @@ import logging
 
 import onnx_ir as ir
 
-from onnxscript_ep_passes._checkpoint import checkpoint
+from onnxscript_ep_passes._checkpoint import EditLog
 from onnxscript_ep_passes._collector import collect_young
 from onnxscript_ep_passes._copies import Correspondence, copy_with_origins
 from onnxscript_ep_passes._onnx import walk
@@ -106,16 +106,22 @@ class CandidateSearch:
         replaced: int,
     ) -> None:
         """Legalize ``work`` (the model ``plain`` was predicted on) in place, record the
-        candidate, and put ``work`` back as it was (:mod:`~onnxscript_ep_passes._checkpoint`)."""
-        mark = checkpoint(work)
+        candidate, and put ``work`` back as it was: the edits are logged and undone
+        (:class:`~onnxscript_ep_passes._checkpoint.EditLog`), not the model recorded."""
+        log = EditLog()
         try:
             ordered = [n for n in walk(work.graph)[0] if n in built]
             result = legalize(
-                work, self.table, built=ordered, prediction=plain.prediction, dims=self.sizes
+                work,
+                self.table,
+                built=ordered,
+                prediction=plain.prediction,
+                dims=self.sizes,
+                log=log,
             )
             kept = copy_with_origins(work)[0] if self.keep_models and result.modified else None
         finally:  # the caller's model (the source candidate) is left as it was, even on error
-            mark.restore()
+            log.restore()
             collect_young()  # what the trials built and predicted
         origin = plain.origin
         replaced += sum(1 for n in result.expanded if origin is None or n in origin.nodes)

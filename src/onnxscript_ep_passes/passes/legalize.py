@@ -59,7 +59,7 @@ from typing import Literal
 
 import onnx_ir as ir
 
-from onnxscript_ep_passes._checkpoint import checkpoint
+from onnxscript_ep_passes._checkpoint import EditLog, checkpoint
 from onnxscript_ep_passes._collector import collect_young
 from onnxscript_ep_passes.ep.cost import PlacementCost, placement_cost
 from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
@@ -212,8 +212,16 @@ def _inlined_parents(prediction: PlacementPrediction) -> list[ir.Node]:
 class _Search:
     """One legalization search over a model (rule 4)."""
 
-    def __init__(self, model: ir.Model, table: KernelTable, opset: int, sizes: DimSizes) -> None:
+    def __init__(
+        self,
+        model: ir.Model,
+        table: KernelTable,
+        opset: int,
+        sizes: DimSizes,
+        log: EditLog | None = None,
+    ) -> None:
         self.model = model
+        self.log = log  # given: the first kept trial's checkpoint goes into it
         self.table = table
         self.opset = opset
         self.sizes = sizes
@@ -322,6 +330,9 @@ class _Search:
             collect_young()  # the trial's nodes and flat graph
             return [], current, why
         self.priced = (prediction, new)
+        if self.log is not None:  # undoing the first kept trial undoes all kept after it
+            self.log.nest(mark)
+            self.log = None
         return [n for n in nodes if n not in failed], prediction, ""
 
 
@@ -332,6 +343,7 @@ def legalize(
     built: Iterable[ir.Node] = (),
     prediction: PlacementPrediction | None = None,
     dims: DimSizes | None = None,
+    log: EditLog | None = None,
 ) -> LegalizationResult:
     """Legalize ``model`` in place for ``table``'s EP at its current opset (module docstring).
 
@@ -344,6 +356,9 @@ def legalize(
             (used only when nothing was folded); its records must point at ``model``'s
             nodes.
         dims: Sizes of symbolic dimensions for the cost estimate (defaults if None).
+        log: When given, ``log.restore()`` puts ``model`` back as it was afterwards (or
+            after an error): the folding is made through it, and the checkpoint of the
+            first trial kept is handed to it (:class:`~onnxscript_ep_passes._checkpoint.EditLog`).
 
     Returns:
         The decisions, the expanded nodes and the predictions before and after.
@@ -351,12 +366,12 @@ def legalize(
     opset = default_opset(model.opset_imports)
     if opset is None:
         raise ValueError("the model imports no ai.onnx opset")
-    folded = fold_static_shapes(list(built), opset)
+    folded = fold_static_shapes(list(built), opset, log=log)
     if prediction is None or folded:
         prediction = predict_placement(model, table)
     before = prediction
     sizes = dims or DimSizes()
-    search = _Search(model, table, opset, sizes)
+    search = _Search(model, table, opset, sizes, log)
     before_cost = search.cost(before)
     after = search.run(before)
     changed = search.expanded or search.widened

@@ -16,6 +16,9 @@ A function-body expansion (or a lowering) computes shapes at run time (``Shape``
    (``ConstantOfShape``, ``Expand``, ``Tile``, ``Range``) from those values. Graph outputs and ``Constant`` nodes are left alone. This is exact, given the
    model's declared static dimensions.
 3. Nodes among those given that are left without a use are removed.
+4. Given an :class:`~onnxscript_ep_passes._checkpoint.EditLog`, every edit is made
+   through it, so that it can undo the folding (the EP search folds its working copy,
+   predicts, and puts it back) without a checkpoint of the whole model.
 
 Hand-written, not onnxscript's constant folder: that folder works on the whole model
 (rule 1 would need its ``should_fold`` hook for every node), turns folded values into
@@ -38,6 +41,7 @@ import onnx.helper
 import onnx.reference
 import onnx_ir as ir
 
+from onnxscript_ep_passes._checkpoint import EditLog
 from onnxscript_ep_passes.ep.shapes import small_constant
 from onnxscript_ep_passes.lowering import schemas
 
@@ -215,12 +219,18 @@ def _agrees(value: ir.Value, array: np.ndarray) -> bool:
     return True
 
 
-def fold_static_shapes(nodes: Iterable[ir.Node], opset: int, *, max_elements: int = 1024) -> int:
+def fold_static_shapes(
+    nodes: Iterable[ir.Node],
+    opset: int,
+    *,
+    max_elements: int = 1024,
+    log: EditLog | None = None,
+) -> int:
     """Replace each of ``nodes`` whose outputs are known statically by ``Constant`` nodes.
 
     ``nodes`` must be in graph order; ``opset`` is the ai.onnx opset they are read at.
-    Nodes among them left without a use are removed (module docstring).
-    Returns the number of nodes folded.
+    Nodes among them left without a use are removed (module docstring). With ``log``,
+    every edit is made through it (rule 4). Returns the number of nodes folded.
     """
     candidates = list(nodes)
     made: list[ir.Node] = []
@@ -243,21 +253,27 @@ def fold_static_shapes(nodes: Iterable[ir.Node], opset: int, *, max_elements: in
                 [ir.AttrTensor("value", ir.Tensor(array))],  # ir.tensor: slow checks
                 name=f"{node.name or node.op_type}/folded_{index}",
             )
-            graph.insert_before(node, constant)
             new = constant.outputs[0]
             new.type = ir.TensorType(ir.DataType.from_numpy(array.dtype))
             new.shape = ir.Shape(array.shape)
             name = out.name
-            ir.convenience.replace_all_uses_with(out, new)
-            out.name = None
-            new.name = name
+            if log is None:
+                graph.insert_before(node, constant)
+                out.replace_all_uses_with(new)
+                out.name = None
+                new.name = name
+            else:
+                log.insert_before(graph, node, constant)
+                log.replace_all_uses_with(out, new)
+                log.rename(out, None)
+                log.rename(new, name)
             made.append(constant)
         folded += 1
-    _remove_unused([*candidates, *made])
+    _remove_unused([*candidates, *made], log)
     return folded
 
 
-def _remove_unused(nodes: Sequence[ir.Node]) -> None:
+def _remove_unused(nodes: Sequence[ir.Node], log: EditLog | None) -> None:
     """Remove those of ``nodes`` left without a use, and then their producers among them.
 
     A worklist: each node is looked at once, and again only when a consumer of it was
@@ -278,5 +294,8 @@ def _remove_unused(nodes: Sequence[ir.Node]) -> None:
         if used:
             continue
         producers = [v.producer() for v in node.inputs if v is not None]
-        graph.remove(node, safe=True)
+        if log is None:
+            graph.remove(node, safe=True)
+        else:
+            log.remove(graph, node)
         work.extend(p for p in producers if p is not None and p in members)
