@@ -212,16 +212,9 @@ def _inlined_parents(prediction: PlacementPrediction) -> list[ir.Node]:
 class _Search:
     """One legalization search over a model (rule 4)."""
 
-    def __init__(
-        self,
-        model: ir.Model,
-        table: KernelTable,
-        opset: int,
-        sizes: DimSizes,
-        log: EditLog | None = None,
-    ) -> None:
+    def __init__(self, model: ir.Model, table: KernelTable, opset: int, sizes: DimSizes) -> None:
         self.model = model
-        self.log = log  # given: the first kept trial's checkpoint goes into it
+        self.log: EditLog | None = None  # set: the first kept trial's checkpoint goes into it
         self.table = table
         self.opset = opset
         self.sizes = sizes
@@ -356,9 +349,7 @@ def legalize(
             (used only when nothing was folded); its records must point at ``model``'s
             nodes.
         dims: Sizes of symbolic dimensions for the cost estimate (defaults if None).
-        log: When given, ``log.restore()`` puts ``model`` back as it was afterwards (or
-            after an error): the folding is made through it, and the checkpoint of the
-            first trial kept is handed to it (:class:`~onnxscript_ep_passes._checkpoint.EditLog`).
+        log: Given, ``log.restore()`` puts ``model`` back (folding logged, a trial nested).
 
     Returns:
         The decisions, the expanded nodes and the predictions before and after.
@@ -370,8 +361,8 @@ def legalize(
     if prediction is None or folded:
         prediction = predict_placement(model, table)
     before = prediction
-    sizes = dims or DimSizes()
-    search = _Search(model, table, opset, sizes, log)
+    search = _Search(model, table, opset, dims or DimSizes())
+    search.log = log
     before_cost = search.cost(before)
     after = search.run(before)
     changed = search.expanded or search.widened
