@@ -1,7 +1,9 @@
-"""Static shape folding: sizes are checked before anything is computed, results are reused.
+"""Static shape folding: sizes are checked before anything is computed, results are reused,
+edits can be logged and undone.
 
 The folding itself (what folds, what stays) is checked in ``test_legalize.py``; this
-module checks the guards of :mod:`onnxscript_ep_passes.passes.static_shapes` rule 2.
+module checks the guards of :mod:`onnxscript_ep_passes.passes.static_shapes` rule 2, and
+rule 4.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import onnx.helper as oh
 import onnx_ir as ir
 import pytest
 
+from onnxscript_ep_passes._checkpoint import EditLog
 from onnxscript_ep_passes.passes import fold_static_shapes
 
 INT64 = onnx.TensorProto.INT64
@@ -114,3 +117,36 @@ def test_repeated_shape_math_folds_to_equal_independent_constants() -> None:
         tensors.append(ir.convenience.get_const_tensor(y).numpy())
     assert tensors[0].tolist() == tensors[1].tolist()
     assert not np.shares_memory(tensors[0], tensors[1])
+
+
+def test_folding_through_an_edit_log_is_the_same_and_is_undone() -> None:
+    """Rule 4: the same edits; restoring the log gives the model back, byte for byte."""
+    nodes = [
+        oh.make_node("Shape", ["x"], ["s"]),
+        oh.make_node("Constant", [], ["one"], value=onnx.numpy_helper.from_array(np.int64(1))),
+        oh.make_node("Add", ["s", "one"], ["t"]),
+        oh.make_node("Identity", ["s"], ["out_s"]),
+        oh.make_node("Cast", ["t"], ["out_t"], to=FLOAT),
+        oh.make_node("Identity", ["s"], ["out_s2"]),
+    ]
+    outputs = [
+        oh.make_tensor_value_info(name, dtype, None)
+        for name, dtype in (("out_s", INT64), ("out_t", FLOAT), ("out_s2", INT64))
+    ]
+    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", FLOAT, [2, 3])], outputs)
+    proto = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 24)])
+    model, twin = ir.from_proto(proto), ir.from_proto(proto)
+    saved = [ir.serde.serialize_model(m).SerializeToString() for m in (model, twin)]
+    log = EditLog()
+    folded = [
+        fold_static_shapes([n for n in m.graph if n.op_type in ("Shape", "Add")], 24, log=given)
+        for m, given in ((model, log), (twin, None))
+    ]
+    assert folded == [2, 2]
+    after = ir.serde.serialize_model(model).SerializeToString()
+    assert after == ir.serde.serialize_model(twin).SerializeToString() != saved[0]
+    made = [n for n in model.graph if n.op_type == "Constant" and n.name.endswith("folded_0")]
+    assert len(made) == 2
+    log.restore()
+    assert ir.serde.serialize_model(model).SerializeToString() == saved[0]
+    assert all(n.graph is None and not n.outputs and not n.attributes for n in made)
