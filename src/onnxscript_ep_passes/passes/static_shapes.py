@@ -92,11 +92,17 @@ def _evaluate(node: ir.Node, opset: int, max_elements: int) -> list[np.ndarray] 
         if node.op_type == "Shape":
             return [np.array(dims, dtype=np.int64)]
         return [np.array(math.prod(dims), dtype=np.int64)]
-    if node.op_type in _NONDETERMINISTIC or not node.inputs:
+    inputs = node.inputs
+    if node.op_type in _NONDETERMINISTIC or not inputs:
         return None
+    for value in inputs:  # most nodes end here: an input no constant at all, seen cheaply
+        if value is not None and value.const_value is None:
+            producer = value.producer()
+            if producer is None or producer.op_type != "Constant":
+                return None
     names: list[str] = []
     feeds: dict[str, np.ndarray] = {}
-    for index, value in enumerate(node.inputs):
+    for index, value in enumerate(inputs):
         if value is None:
             names.append("")
             continue
