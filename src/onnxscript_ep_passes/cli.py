@@ -46,6 +46,7 @@ from onnxscript_ep_passes.cli_examples import (
     LOWER_EXAMPLES,
     OPTIMIZE_EXAMPLES,
     REPORT_EXAMPLES,
+    lowest_opset_problem,
     objective_arguments,
 )
 from onnxscript_ep_passes.errors import EXIT_BAD_INPUT, EXIT_REFUSED, DowngradeError, one_line
@@ -147,10 +148,16 @@ def _lower(args: argparse.Namespace) -> int:
         raise UsageError("lower needs --target-opset N or --ep NAME")
     if args.ep is None and (args.ort_version or args.no_legalize):
         raise UsageError("--ort-version and --no-legalize need --ep")
-    if args.ep is None and (args.report_json or args.measure or args.kernel_table or args.dims):
-        raise UsageError("--report-json, --measure, --kernel-table and --dims need --ep")
+    if args.ep is None and (
+        args.report_json or args.measure or args.kernel_table or args.dims or args.lowest_opset
+    ):
+        raise UsageError(
+            "--report-json, --measure, --kernel-table, --dims and --lowest-opset need --ep"
+        )
     from onnxscript_ep_passes.model_io import check_output_path, load_model, save_model
 
+    if problem := lowest_opset_problem(args):
+        raise UsageError(problem)
     name = Path(args.model).name
     external = {"auto": None, "always": True, "never": False}[args.external_data]
     if args.ep is None:
@@ -215,6 +222,7 @@ def _lower_for_ep(model: ir.Model, args: argparse.Namespace) -> tuple[bool, str]
 
     objective = {"dims": parse_dims(args.dims), "measure": args.measure}
     objective["kernel_table"] = args.kernel_table
+    objective["lowest_opset"] = args.lowest_opset
     legalize = not args.no_legalize
     lowering = LowerOpsetForEpPass(args.ep, args.ort_version, args.target_opset, legalize=legalize, **objective)  # fmt: skip
     result = lowering(model)
@@ -256,6 +264,8 @@ def _report(args: argparse.Namespace) -> int:
     from onnxscript_ep_passes.model_io import load_model
     from onnxscript_ep_passes.report import placement_report, print_report
 
+    if problem := lowest_opset_problem(args):
+        raise UsageError(problem)
     model = load_model(args.model)
     with _stdout_to_stderr():
         result = placement_report(
@@ -268,6 +278,7 @@ def _report(args: argparse.Namespace) -> int:
             measure=args.measure,
             kernel_table=args.kernel_table,
             model_name=args.model,
+            lowest_opset=args.lowest_opset,
         )
     if args.json:
         sys.stdout.write(json.dumps(result) + "\n")
