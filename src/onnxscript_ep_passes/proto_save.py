@@ -74,12 +74,14 @@ def proto_source_file(
     external_data: bool | None = None,
     weights: WeightsMode = "copy_file",
 ) -> Path | Literal[False] | None:
-    """How :func:`save_proto` would save ``proto`` as :func:`save_model` saves its IR.
+    """How :func:`save_proto` would save ``proto`` as
+    :func:`~onnxscript_ep_passes.model_io.save_model` saves its IR.
 
     The one data file to copy (a plain file inside the model's directory), None when the
-    model has no external data and stays inline, False when only :func:`save_model` can
-    save it (several data files, large inline weights, ``weights`` other than copy_file, a
-    location that is absolute, leaves the directory or is a link).
+    model has no external data and stays inline, False when only
+    :func:`~onnxscript_ep_passes.model_io.save_model` can save it (several data files,
+    large inline weights, ``weights`` other than copy_file, a location that is absolute,
+    leaves the directory or is a link).
     """
     if weights != "copy_file":
         return False
@@ -113,8 +115,9 @@ def proto_source_file(
 
 
 def save_proto(proto: onnx.ModelProto, out: str | os.PathLike[str], source: Path | None) -> None:
-    """Write ``proto`` to ``out`` atomically, as :func:`save_model` does; its external data
-    (``source``, see :func:`proto_source_file`) copied up to its last declared tensor."""
+    """Write ``proto`` to ``out`` atomically, as
+    :func:`~onnxscript_ep_passes.model_io.save_model` does; its external data (``source``,
+    see :func:`proto_source_file`) copied up to its last declared tensor."""
     with ProtoSave(proto, out, source) as saving:
         saving.commit(proto)
 
