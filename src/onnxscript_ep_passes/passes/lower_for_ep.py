@@ -334,7 +334,8 @@ def lowest_opset_of(lowest_opset: int | None, target_opset: int | None = None) -
         )
     if target_opset is not None and target_opset < lowest_opset:
         raise ValueError(
-            f"target_opset {target_opset} is below lowest_opset {lowest_opset}: the search may not weigh it"
+            f"target_opset {target_opset} is below lowest_opset {lowest_opset}: "
+            "the search may not weigh it"
         )
     return lowest_opset
 
