@@ -11,7 +11,13 @@ work, save):
   RMSNormalization and RotaryEmbedding through its function body (about 5x the nodes),
   and the EP search evaluates that opset and those below it (the floor of its cost)
 * ``lower_ep``: ``onnxscript-ep-passes lower IN -o OUT --ep cuda --ort-version 1.24``
+* ``lower_ep_23``: ``lower_ep`` with ``--lowest-opset 23``: the search bounded to the
+  model's opset and 23 (no candidate with the expansions built)
 * ``report_json``: ``onnxscript-ep-passes report IN --ep cuda --ort-version 1.24 --json``
+* ``ir_roundtrip``: what every command that builds the onnx-ir model pays before any work:
+  the interpreter, the EP commands' imports, ``model_io.load_model`` and
+  ``model_io.save_model`` of the unchanged model, garbage collection paused as in the CLI
+  (``--worker ir_roundtrip``); the floor of any pass on the IR
 * ``onnx_vc``: ``onnx.load``, ``onnx.version_converter.convert_version(model, 23)``,
   ``onnx.save`` with external data (``bench_cost.py``'s worker)
 
@@ -44,7 +50,15 @@ from benchlib import HERE, environment, gb, machine, measure, write_results
 
 TARGET = 23
 EP_ARGS = ("--ep", "cuda", "--ort-version", "1.24")
-COMMANDS = ("lower_23", "lower_22", "lower_ep", "report_json", "onnx_vc")
+COMMANDS = (
+    "lower_23",
+    "lower_22",
+    "lower_ep",
+    "lower_ep_23",
+    "report_json",
+    "ir_roundtrip",
+    "onnx_vc",
+)
 DEFAULT_MODELS = "5k:15M,40k:120M,200k:600M"
 # What benchlib.measure records about a run (the raw data keeps these, not the report
 # that ``report --json`` prints: megabytes at 40k nodes).
@@ -74,6 +88,11 @@ def command(tool: str, src: Path, dst: Path) -> list[str]:
         return [*cli, "lower", str(src), "-o", str(dst), "--target-opset", opset]
     if tool == "lower_ep":
         return [*cli, "lower", str(src), "-o", str(dst), *EP_ARGS]
+    if tool == "lower_ep_23":
+        return [*cli, "lower", str(src), "-o", str(dst), *EP_ARGS, "--lowest-opset", "23"]
+    if tool == "ir_roundtrip":
+        return [sys.executable, str(HERE / "bench_scale.py"), "--worker", "ir_roundtrip",
+                str(src), str(dst)]  # fmt: skip
     if tool == "report_json":
         return [*cli, "report", str(src), *EP_ARGS, "--json"]
     if tool == "onnx_vc":
@@ -146,7 +165,7 @@ def derived(models: dict[str, Any]) -> dict[str, Any]:
         tools = entry["tools"]
         base = tools.get("lower_23", {})
         ratios: dict[str, Any] = {}
-        for tool in ("lower_22", "lower_ep", "report_json", "onnx_vc"):
+        for tool in COMMANDS[1:]:
             s = tools.get(tool, {})
             if base.get("ok") and s.get("ok"):
                 ratios[tool] = {
@@ -225,7 +244,21 @@ def _verify(src: Path, dst: Path, log_dir: Path, tag: str) -> str:
     return "opset 23, checker ok, ORT outputs equal" if good else f"CHECK FAILED: {report}"
 
 
+def ir_roundtrip(src: str, dst: str) -> None:
+    """The ``ir_roundtrip`` command (module docstring), in this process."""
+    import onnxscript_ep_passes.passes.lower_for_ep  # noqa: F401  (the EP commands' imports)
+    from onnxscript_ep_passes._collector import paused_collector
+    from onnxscript_ep_passes.model_io import load_model, save_model
+
+    with paused_collector():
+        save_model(load_model(src), dst)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:2] == ["--worker", "ir_roundtrip"]:
+        ir_roundtrip(argv[2], argv[3])
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/onnx-bench"))
     parser.add_argument("--models", default=DEFAULT_MODELS, help="NODES:WEIGHTS,...")
@@ -281,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                 entry["verify"][tool] = _verify(src, dst, logs, f"{label}_verify")
             _remove(dst)
     figures = derived(models)
-    used = " ".join(["python benchmarks/bench_scale.py", *(argv or sys.argv[1:])]).strip()
+    used = " ".join(["python benchmarks/bench_scale.py", *argv]).strip()
     md = INTRO + "\n\n" + render(models, figures)
     write_results(
         args.name,
@@ -303,7 +336,9 @@ save); `wall` is the median over the runs, `peak RSS` is the child's `ru_maxrss`
 memory-mapped weight pages that were touched). `x lower_23` divides by the plain
 `lower --target-opset 23` on the same model: issue 10 wants the EP commands at most 3x its
 time and 2x its peak RSS at 40k nodes, and 8x the nodes to cost at most 10x the time.
-Models: `make_decoder.py` (see its docstring), weights float32 in one external data file.
+`lower_ep_23` is the EP search bounded with `--lowest-opset 23`; `ir_roundtrip` loads the
+model into onnx-ir and saves it unchanged, with the EP commands' imports: the floor of
+any command that works on the onnx-ir model. Models: `make_decoder.py` (see its docstring), weights float32 in one external data file.
 The machine is shared: other work ran at the same time (see the load average)."""
 
 

@@ -54,7 +54,7 @@ def test_decoder_generator_lowers_exactly(tmp_path: Path) -> None:
 def test_bench_scale_writes_results_with_commit_and_raw_json(tmp_path: Path) -> None:
     import bench_scale
 
-    commands = "lower_23,report_json"
+    commands = "lower_23,report_json,ir_roundtrip"
     argv = ["--models", "60:100K", "--commands", commands, "--workdir", str(tmp_path)]
     assert bench_scale.main([*argv, "--out-dir", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "results_scale.md").read_text()
@@ -65,6 +65,11 @@ def test_bench_scale_writes_results_with_commit_and_raw_json(tmp_path: Path) -> 
     (entry,) = raw["results"]["models"].values()
     assert entry["tools"]["lower_23"]["ok"], entry
     assert entry["verify"]["lower_23"].startswith("opset 23, checker ok"), entry["verify"]
+    assert entry["tools"]["ir_roundtrip"]["ok"], entry  # the worker ran and saved
+    assert (
+        "ir_roundtrip"
+        in raw["results"]["derived"]["per_model"][next(iter(raw["results"]["models"]))]
+    )
     (report_run,) = entry["runs"]["report_json"]
     assert report_run["rc"] == 0 and "candidates" not in report_run  # the report is not kept
 

@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, numpy_helper
 
 from onnxscript_ep_passes.cli import main
-from tests.harness import make_model, reshape_chain, run_model
+from tests.harness import benchmark_decoder, make_model, reshape_chain, run_model
 
 
 def _model_with_weights(opset: int = 24, *, bad: bool = False) -> onnx.ModelProto:
@@ -492,3 +492,44 @@ def test_optimize_writes_the_model_and_a_fusion_report(tmp_path: Path) -> None:
     assert kept["group_query_attention"]["count"] == 4
     assert kept["group_query_attention"]["max_abs_diff"] < 1e-3
     assert data["predicted_after"]["memcpy"] <= 2
+
+
+def test_lowest_opset_bounds_the_search_of_report_and_lower(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import jsonschema
+
+    from onnxscript_ep_passes.report import report_schema
+
+    path = tmp_path / "decoder.onnx"
+    benchmark_decoder(path)  # its full search on CUDA 1.24 weighs 24 down to 18
+    bound = ("--ep", "cuda", "--ort-version", "1.24", "--lowest-opset", "23")
+    report = json.loads(_stdout(capsys, "report", str(path), *bound, "--json"))
+    jsonschema.validate(report, report_schema())
+    assert report["lowest_opset"] == 23
+    assert {c["opset"] for c in report["candidates"]} == {24, 23}
+    assert report["chosen"] == {"opset": 23, "legalized": False}
+    text = _stdout(capsys, "report", str(path), *bound)
+    assert "opsets below 23 were not weighed (--lowest-opset 23)" in text
+    full = json.loads(_stdout(capsys, "report", str(path), *bound[:4], "--json"))
+    assert full["lowest_opset"] == 18 and min(c["opset"] for c in full["candidates"]) == 18
+    assert "were not weighed" not in _stdout(capsys, "report", str(path), *bound[:4])
+    out = tmp_path / "out.onnx"
+    assert main(["-q", "lower", str(path), "-o", str(out), *bound]) == 0
+    assert [o.version for o in onnx.load(out).opset_import if o.domain == ""] == [23]
+    # Out of range, contradicting --target-opset, or without --ep: usage errors, nothing written.
+    for args, message in (
+        (("report", str(path), "--ep", "cuda", "--lowest-opset", "17"), "is below 18"),
+        (
+            ("lower", str(path), "-o", str(tmp_path / "x.onnx"), *bound, "--target-opset", "22"),
+            "target_opset 22 is below lowest_opset 23",
+        ),
+        (
+            ("lower", str(path), "-o", str(tmp_path / "x.onnx"), "--target-opset", "23",
+             "--lowest-opset", "23"),
+            "--lowest-opset need --ep",
+        ),
+    ):  # fmt: skip
+        result = _run(*args)
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert not (tmp_path / "x.onnx").exists()

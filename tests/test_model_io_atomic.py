@@ -319,7 +319,8 @@ def test_fast_path_disk_full_while_copying_leaves_nothing(tmp_path: Path) -> Non
 def test_fast_path_copy_stops_when_the_caller_gives_up(tmp_path: Path) -> None:
     """Leaving a ProtoSave without committing (the fast path declined, or an error) stops
     the copy and removes what it staged; a committed one writes OUT and its data."""
-    from onnxscript_ep_passes.model_io import ProtoSave, load_graph_proto, proto_source_file
+    from onnxscript_ep_passes.model_io import load_graph_proto
+    from onnxscript_ep_passes.proto_save import ProtoSave, proto_source_file
 
     src = _save_external(_fast_path_model("a", 1), tmp_path / "m.onnx")
     out = tmp_path / "o" / "m23.onnx"

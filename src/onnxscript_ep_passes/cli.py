@@ -46,12 +46,13 @@ from onnxscript_ep_passes.cli_examples import (
     LOWER_EXAMPLES,
     OPTIMIZE_EXAMPLES,
     REPORT_EXAMPLES,
+    lowest_opset_problem,
     objective_arguments,
 )
 from onnxscript_ep_passes.errors import EXIT_BAD_INPUT, EXIT_REFUSED, DowngradeError, one_line
 
 if TYPE_CHECKING:
-    import onnx_ir as ir
+    pass
 
 # Start-up is a large part of a run on small models, so each command imports what it
 # needs when it runs: ``lower --target-opset`` never imports onnxruntime, onnxscript or
@@ -133,99 +134,67 @@ def _lower_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _model_opset(model: ir.Model) -> int:
-    from onnxscript_ep_passes.lowering.lower_opset import default_opset
-
-    opset = default_opset(model.opset_imports)
-    if opset is None:
-        raise ValueError("the model imports no ai.onnx opset")
-    return opset
-
-
 def _lower(args: argparse.Namespace) -> int:
     if args.target_opset is None and args.ep is None:
         raise UsageError("lower needs --target-opset N or --ep NAME")
     if args.ep is None and (args.ort_version or args.no_legalize):
         raise UsageError("--ort-version and --no-legalize need --ep")
-    if args.ep is None and (args.report_json or args.measure or args.kernel_table or args.dims):
-        raise UsageError("--report-json, --measure, --kernel-table and --dims need --ep")
-    from onnxscript_ep_passes.model_io import check_output_path, load_model, save_model
+    if args.ep is None and (
+        args.report_json or args.measure or args.kernel_table or args.dims or args.lowest_opset
+    ):
+        raise UsageError(
+            "--report-json, --measure, --kernel-table, --dims and --lowest-opset need --ep"
+        )
+    from onnxscript_ep_passes.lower_cli import (
+        lower_for_ep,
+        lower_proto,
+        lower_to_opset,
+        model_opset,
+    )
+    from onnxscript_ep_passes.model_io import (
+        check_output_path,
+        load_graph_proto,
+        model_from_proto,
+        save_model,
+    )
+    from onnxscript_ep_passes.proto_save import early_save, proto_source_file
 
+    if problem := lowest_opset_problem(args):
+        raise UsageError(problem)
+    if args.ep is None:
+        from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
+
+        LowerOpsetPass(args.target_opset)  # rejects a target it does not support
     name = Path(args.model).name
     external = {"auto": None, "always": True, "never": False}[args.external_data]
-    if args.ep is None:
-        fast = _lower_proto(args, external)
-        if fast is not None:
-            _say(args, f"{name}: {fast}")
-            _say(args, f"wrote {args.output}")
-            return 0
-    model = load_model(args.model)
-    if problem := check_output_path(model, args.output, args.weights):
-        raise UsageError(problem)
-    source = _model_opset(model)
-    with _stdout_to_stderr():
-        if args.ep is None:
-            changed, line = _lower_to_opset(model, args.target_opset, source)
+    proto = load_graph_proto(args.model)
+    data = proto_source_file(proto, args.model, external_data=external, weights=args.weights)
+    if args.ep is None and (fast := lower_proto(proto, data, args.output, args.target_opset)):
+        _say(args, f"{name}: {fast}")
+        _say(args, f"wrote {args.output}")
+        return 0
+    # The weights copy starts now and overlaps the work (lower --ep: the whole search).
+    with early_save(proto, args.model, args.output, data) as saving:
+        model = model_from_proto(proto, args.model)
+        del proto
+        if problem := check_output_path(model, args.output, args.weights):
+            raise UsageError(problem)
+        source = model_opset(model)
+        with _stdout_to_stderr():
+            if args.ep is None:
+                changed, line = lower_to_opset(model, args.target_opset, source)
+            else:
+                changed, line = lower_for_ep(model, args)
+        if not changed:
+            _say(args, f"nothing to do: {name}: {line}")
+            if not args.write_unchanged:
+                return 0  # the copy stops and what it staged goes
         else:
-            changed, line = _lower_for_ep(model, args)
-    if not changed:
-        _say(args, f"nothing to do: {name}: {line}")
-        if not args.write_unchanged:
-            return 0
-    else:
-        _say(args, f"{name}: {line}")
-    save_model(model, args.output, external_data=external, weights=args.weights)
+            _say(args, f"{name}: {line}")
+        if saving is None or not saving.commit_model(model):
+            save_model(model, args.output, external_data=external, weights=args.weights)
     _say(args, f"wrote {args.output}")
     return 0
-
-
-def _lower_proto(args: argparse.Namespace, external: bool | None) -> str | None:
-    """Lower and save without building the IR when only labels change (see
-    lowering/proto_fast_path.py); None when the full pass must run."""
-    from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass, default_opset
-    from onnxscript_ep_passes.lowering.proto_fast_path import may_lower_proto, try_lower_proto
-    from onnxscript_ep_passes.model_io import ProtoSave, load_graph_proto, proto_source_file
-
-    LowerOpsetPass(args.target_opset)  # rejects a target it does not support
-    proto = load_graph_proto(args.model)
-    source = default_opset({o.domain: o.version for o in proto.opset_import})
-    data = proto_source_file(proto, args.model, external_data=external, weights=args.weights)
-    if data is False or not may_lower_proto(proto, args.target_opset):
-        return None
-    with ProtoSave(proto, args.output, data) as saving:  # the weights copy starts now
-        if not try_lower_proto(proto, args.target_opset):
-            return None  # the copy stops and what it staged goes
-        saving.commit(proto)
-    return f"opset {source} -> {args.target_opset}"
-
-
-def _lower_to_opset(model: ir.Model, target: int, source: int) -> tuple[bool, str]:
-    from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
-
-    if target >= source:
-        return False, f"already at opset {source} (target {target})"
-    LowerOpsetPass(target)(model)
-    return True, f"opset {source} -> {target}"
-
-
-def _lower_for_ep(model: ir.Model, args: argparse.Namespace) -> tuple[bool, str]:
-    from onnxscript_ep_passes.ep.dims import parse_dims
-    from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringResult, LowerOpsetForEpPass
-    from onnxscript_ep_passes.report import choice_report
-
-    objective = {"dims": parse_dims(args.dims), "measure": args.measure}
-    objective["kernel_table"] = args.kernel_table
-    legalize = not args.no_legalize
-    lowering = LowerOpsetForEpPass(args.ep, args.ort_version, args.target_opset, legalize=legalize, **objective)  # fmt: skip
-    result = lowering(model)
-    assert isinstance(result, EpLoweringResult)
-    choice = result.choice
-    if choice is None:
-        return False, f"the CPU EP runs every opset (model at opset {_model_opset(model)})"
-    if args.report_json:
-        report = choice_report(model, choice, model_name=args.model)
-        Path(args.report_json).write_text(json.dumps(report) + "\n", encoding="utf-8")
-    return choice.changes_model, choice.summary()
 
 
 # -- report --------------------------------------------------------------------------
@@ -256,6 +225,8 @@ def _report(args: argparse.Namespace) -> int:
     from onnxscript_ep_passes.model_io import load_model
     from onnxscript_ep_passes.report import placement_report, print_report
 
+    if problem := lowest_opset_problem(args):
+        raise UsageError(problem)
     model = load_model(args.model)
     with _stdout_to_stderr():
         result = placement_report(
@@ -268,6 +239,7 @@ def _report(args: argparse.Namespace) -> int:
             measure=args.measure,
             kernel_table=args.kernel_table,
             model_name=args.model,
+            lowest_opset=args.lowest_opset,
         )
     if args.json:
         sys.stdout.write(json.dumps(result) + "\n")

@@ -1,8 +1,15 @@
 """Help of the ``onnxscript-ep-passes`` commands kept apart from their definitions in
 :mod:`.cli`: the examples each command shows, and the EP objective's options (``--dims``,
-``--measure``, ``--kernel-table``) that ``lower --ep`` and ``report`` share."""
+``--measure``, ``--kernel-table``, ``--lowest-opset``) that ``lower --ep`` and ``report``
+share, and the check of ``--lowest-opset``."""
 
-__all__ = ["LOWER_EXAMPLES", "OPTIMIZE_EXAMPLES", "REPORT_EXAMPLES", "objective_arguments"]
+__all__ = [
+    "LOWER_EXAMPLES",
+    "OPTIMIZE_EXAMPLES",
+    "REPORT_EXAMPLES",
+    "lowest_opset_problem",
+    "objective_arguments",
+]
 
 import argparse
 
@@ -35,3 +42,21 @@ def objective_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--measure", action="store_true", help=measure_help)
     table_help = "the EP's kernels in the snapshot TSV format (an EP without a shipped table)"
     parser.add_argument("--kernel-table", metavar="FILE", help=table_help)
+    lowest_help = (
+        "weigh no opset below N (default 18): a faster search when lower opsets are not "
+        "wanted (below some opset a model's ops may expand to several times its size)"
+    )
+    parser.add_argument("--lowest-opset", metavar="N", type=int, help=lowest_help)
+
+
+def lowest_opset_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with ``--lowest-opset`` (below 18, or above ``--target-opset``)."""
+    if args.lowest_opset is None:
+        return None
+    from onnxscript_ep_passes.passes.lower_for_ep import lowest_opset_of
+
+    try:
+        lowest_opset_of(args.lowest_opset, args.target_opset)
+    except ValueError as error:
+        return f"--lowest-opset: {error}"
+    return None

@@ -33,33 +33,32 @@ Saving (:func:`save_model`):
   after a clean failure nothing is left behind. Afterwards the data files named after OUT
   that the new graph does not use are removed (the old OUT's).
 * OUT may be the input itself; OUT may never be a file the model's tensors are read from.
-* A proto saved without building the IR (:func:`save_proto`, the plain lowering's fast
-  path) is saved the same way; :class:`ProtoSave` starts its weights copy in a thread
-  as soon as the proto is loaded, so that copying and flushing the weights overlaps the
-  lowering of its nodes.
+* :mod:`~onnxscript_ep_passes.proto_save` saves the same way while starting the weights
+  copy as soon as the proto is loaded (:func:`copy_file_source` says whether the model
+  that is finally saved can use that copy).
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "ProtoSave",
+    "INLINE_TENSOR_LIMIT",
+    "INLINE_WEIGHTS_LIMIT",
     "WeightsMode",
     "check_output_path",
+    "copy_file_source",
     "data_files",
     "has_external_data",
     "load_graph_proto",
     "load_model",
-    "proto_source_file",
+    "model_from_proto",
     "reference_problem",
     "save_model",
-    "save_proto",
+    "serialize_pointing_at",
 ]
 
 import logging
-import math
 import os
 import stat
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -76,11 +75,13 @@ from onnxscript_ep_passes.model_checks import check_model_proto
 
 logger = logging.getLogger(__name__)
 
-_INLINE_WEIGHTS_LIMIT = 1_800_000_000  # leave room for the graph itself in 2 GB
-_INLINE_TENSOR_LIMIT = 1024  # bytes: in-memory tensors up to this stay in the proto
+INLINE_WEIGHTS_LIMIT = 1_800_000_000
+"""Bytes of initializers above which a model is saved with external data (room is left for
+the graph itself in protobuf's 2 GB)."""
+INLINE_TENSOR_LIMIT = 1024
+"""Bytes: an in-memory tensor up to this size stays in the graph proto."""
 _MAX_PROTO_BYTES = 2**31 - 1
 _SOURCE_KEY = "onnxscript_ep_passes.source_path"
-_COPY_CHUNK = 64 * 1024 * 1024
 
 WeightsMode = Literal["copy_file", "rewrite", "reference"]
 
@@ -94,7 +95,12 @@ def _one_line(error: BaseException) -> str:
 
 def load_model(path: str | os.PathLike[str]) -> ir.Model:
     """Load ``path`` (see module docstring); external data is mapped lazily."""
-    proto = load_graph_proto(path)
+    return model_from_proto(load_graph_proto(path), path)
+
+
+def model_from_proto(proto: onnx.ModelProto, path: str | os.PathLike[str]) -> ir.Model:
+    """The model of ``proto``, which :func:`load_graph_proto` read and checked from ``path``
+    (its external tensors are read from ``path``'s directory)."""
     label, source = os.fspath(path), Path(os.path.abspath(path))
     try:
         model = ir.serde.deserialize_model(proto)
@@ -231,12 +237,12 @@ def _single_source(tensors: list[ir.TensorProtocol]) -> Path | None:
     for tensor in tensors:
         if isinstance(tensor, ir.ExternalTensor):
             sources.add(_file_of(tensor, seen))
-        elif tensor.nbytes > _INLINE_TENSOR_LIMIT:
+        elif tensor.nbytes > INLINE_TENSOR_LIMIT:
             return None  # an in-memory weight must be written
     return next(iter(sources)) if len(sources) == 1 else None
 
 
-def _serialize_pointing_at(model: ir.Model, location: str | None) -> onnx.ModelProto:
+def serialize_pointing_at(model: ir.Model, location: str | None) -> onnx.ModelProto:
     """The model's proto; external references renamed to ``location`` when given."""
     proto = ir.serde.serialize_model(model)
     if location is not None:
@@ -247,6 +253,27 @@ def _serialize_pointing_at(model: ir.Model, location: str | None) -> onnx.ModelP
                         if entry.key == "location":
                             entry.value = location
     return proto
+
+
+def copy_file_source(model: ir.Model, external_data: bool | None = None) -> tuple[Path, int] | None:
+    """The data file :func:`save_model` (``weights="copy_file"``) would copy ``model``'s
+    weights from, and how many of its bytes (up to the end of the last tensor the model
+    uses); None when it would not copy one file (inline weights, several files, a large
+    tensor held in memory)."""
+    tensors = _initializer_tensors(model)
+    external = any(isinstance(t, ir.ExternalTensor) for t in tensors)
+    if external_data is None:
+        external_data = external or sum(t.nbytes for t in tensors) > INLINE_WEIGHTS_LIMIT
+    source = _single_source(tensors) if external_data else None
+    if source is None:
+        return None
+    seen: dict[tuple[str, str], Path] = {}
+    end = max(
+        (t.offset or 0) + t.nbytes
+        for t in tensors
+        if isinstance(t, ir.ExternalTensor) and _file_of(t, seen) == source
+    )
+    return source, end
 
 
 def save_model(
@@ -273,7 +300,7 @@ def save_model(
     tensors = _initializer_tensors(model)
     external = any(isinstance(t, ir.ExternalTensor) for t in tensors)
     if external_data is None:
-        external_data = external or sum(t.nbytes for t in tensors) > _INLINE_WEIGHTS_LIMIT
+        external_data = external or sum(t.nbytes for t in tensors) > INLINE_WEIGHTS_LIMIT
     source = model.meta.get(_SOURCE_KEY)
     stage = _Stage(out, source if isinstance(source, str) else None)
     stage.create()
@@ -302,10 +329,10 @@ def _write(
         return None, keep
     if weights == "reference":
         logger.debug("saving %s; weights referenced in place", out)
-        stage.write_graph(_serialize_pointing_at(model, None))
+        stage.write_graph(serialize_pointing_at(model, None))
         return None, keep | {f.name for f in read}
-    tensors = _initializer_tensors(model)
-    source = _single_source(tensors) if weights == "copy_file" else None
+    found = copy_file_source(model, external_data=True) if weights == "copy_file" else None
+    source = None if found is None else found[0]
     if (
         source is not None
         and source.parent == stage.directory
@@ -317,176 +344,17 @@ def _write(
     ):
         # The source data file already is this output's: the new graph points at it.
         logger.debug("saving %s; its data file %s is kept as it is", out, source.name)
-        stage.write_graph(_serialize_pointing_at(model, None))
+        stage.write_graph(serialize_pointing_at(model, None))
         return None, keep | {source.name}
     name = stage.data_name(read)
-    if source is not None:
-        seen: dict[tuple[str, str], Path] = {}
-        end = max(
-            (t.offset or 0) + t.nbytes
-            for t in tensors
-            if isinstance(t, ir.ExternalTensor) and _file_of(t, seen) == source
-        )
+    if found is not None:
+        source, end = found
         logger.debug("saving %s; weights copied from %s (%d bytes)", out, source, end)
         stage.copy_range(source, end, name)
-        stage.write_graph(_serialize_pointing_at(model, name))
+        stage.write_graph(serialize_pointing_at(model, name))
         return name, keep
     logger.debug("saving %s with external data %s", out, name)
     ir.save(model, stage.graph, external_data=name)
     stage.sync(name)
     stage.sync(out.name)
     return name, keep
-
-
-# -- the graph proto alone (the plain lowering's fast path) ------------------------------
-
-
-def _external_location(tensor: onnx.TensorProto) -> str | None:
-    for entry in tensor.external_data:
-        if entry.key == "location":
-            return entry.value
-    return None
-
-
-def _nbytes(tensor: onnx.TensorProto) -> float:
-    """The tensor's data bytes, as ``ir.TensorProtocol.nbytes`` counts them."""
-    try:
-        itemsize = ir.DataType(tensor.data_type).itemsize
-    except ValueError:
-        return tensor.ByteSize()
-    if tensor.data_type == onnx.TensorProto.STRING:
-        return tensor.ByteSize()
-    return math.prod(tensor.dims) * itemsize
-
-
-def proto_source_file(
-    proto: onnx.ModelProto,
-    model_path: str | os.PathLike[str],
-    *,
-    external_data: bool | None = None,
-    weights: WeightsMode = "copy_file",
-) -> Path | Literal[False] | None:
-    """How :func:`save_proto` would save ``proto`` as :func:`save_model` saves its IR.
-
-    The one data file to copy (a plain file inside the model's directory), None when the
-    model has no external data and stays inline, False when only :func:`save_model` can
-    save it (several data files, large inline weights, ``weights`` other than copy_file, a
-    location that is absolute, leaves the directory or is a link).
-    """
-    if weights != "copy_file":
-        return False
-    tensors = [t for g in iter_graphs(proto.graph) for t in g.initializer]
-    external = [t for t in tensors if t.data_location == onnx.TensorProto.EXTERNAL]
-    if not external:
-        inline = sum(t.ByteSize() for t in tensors)
-        if external_data or (external_data is None and inline > _INLINE_WEIGHTS_LIMIT):
-            return False
-        return None
-    large_inline = any(
-        _nbytes(t) > _INLINE_TENSOR_LIMIT
-        for t in tensors
-        if t.data_location != onnx.TensorProto.EXTERNAL
-    )
-    if external_data is False or large_inline:
-        return False
-    locations = {_external_location(t) for t in external}
-    if len(locations) != 1:
-        return False
-    (location,) = locations
-    if not location or Path(location).is_absolute() or ".." in Path(location).parts:
-        return False
-    directory = Path(model_path).parent
-    source = directory / location
-    if source.is_symlink() or not source.is_file():
-        return False
-    if source.resolve().parent != directory.resolve():
-        return False
-    return source
-
-
-def save_proto(proto: onnx.ModelProto, out: str | os.PathLike[str], source: Path | None) -> None:
-    """Write ``proto`` to ``out`` atomically, as :func:`save_model` does; its external data
-    (``source``, see :func:`proto_source_file`) copied up to its last declared tensor."""
-    with ProtoSave(proto, out, source) as saving:
-        saving.commit(proto)
-
-
-class ProtoSave:
-    """:func:`save_proto` begun early: the weights are copied while the caller still works.
-
-    Copying the data file (and flushing it to disk) is most of saving a large model, and
-    it needs only the proto's external-data references. Creating a ``ProtoSave`` stages
-    the output and starts that copy in a thread; the caller rewrites the proto's nodes
-    meanwhile (never its initializers) and calls :meth:`commit`, which waits for the copy,
-    writes the graph and moves both into place as :func:`save_proto` does. Leaving the
-    ``with`` block without a commit (the caller declined, or an error or an interrupt)
-    stops the copy at its next chunk and removes everything staged.
-    """
-
-    def __init__(self, proto: onnx.ModelProto, out: str | os.PathLike[str], source: Path | None):
-        target = Path(os.path.abspath(out))
-        if target.is_dir():
-            raise IsADirectoryError(f"output '{out}' is a directory")
-        read = set() if source is None else {Path(os.path.realpath(source))}
-        if Path(os.path.realpath(target)) in read:
-            raise ValueError(
-                f"refusing to write '{out}': the input's weights are read from that file; "
-                "choose another output path"
-            )
-        self._stage = _Stage(target, None)
-        self._stage.create()
-        self._keep: set[str] = set()
-        self._name: str | None = None  # the staged data file
-        self._stop = threading.Event()
-        self._copier: threading.Thread | None = None
-        self._failure: BaseException | None = None
-        if source is None:
-            return
-        try:
-            real = Path(os.path.realpath(source))
-            if real.parent == self._stage.directory:
-                self._keep = {real.name}
-                if real.name == self._stage.preferred:
-                    return  # the data file already is this output's
-            self._name = self._stage.data_name(read)
-            end = check_external_data(proto, real.parent, os.fspath(source))[real]
-        except BaseException:
-            self._stage.cleanup()
-            raise
-        self._copier = threading.Thread(
-            target=self._copy, args=(real, end, self._name), name="weights copy", daemon=True
-        )
-        self._copier.start()
-
-    def _copy(self, real: Path, end: int, name: str) -> None:
-        try:
-            self._stage.copy_range(real, end, name, self._stop)
-        except BaseException as error:  # raised again by commit(), in the caller's thread
-            self._failure = error
-
-    def _wait(self) -> None:
-        if self._copier is not None:
-            self._copier.join()
-            self._copier = None
-
-    def commit(self, proto: onnx.ModelProto) -> None:
-        """Wait for the copy, write ``proto`` pointing at it, move both into place."""
-        self._wait()
-        if self._failure is not None:
-            raise self._failure
-        if self._name is not None:
-            for graph in iter_graphs(proto.graph):
-                for tensor in graph.initializer:
-                    for entry in tensor.external_data:
-                        if entry.key == "location":
-                            entry.value = self._name
-        self._stage.write_graph(proto)
-        self._stage.commit(self._name, self._keep)
-
-    def __enter__(self) -> ProtoSave:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()  # a committed save has nothing left to stop
-        self._wait()
-        self._stage.cleanup()

@@ -77,6 +77,12 @@ class LowerOpsetForEp(Pass):
                 description="Also expand nodes the EP cannot run at any opset (through their "
                 "ONNX function bodies) when that improves the predicted placement.",
             ),
+            "lowest_opset": PassConfigParam(
+                type_=int,
+                default_value=None,
+                description="Weigh no opset below this one (default 18): a faster search "
+                "when lower opsets are not wanted.",
+            ),
         }
         config.update(get_external_data_config())
         return config
@@ -98,6 +104,7 @@ class LowerOpsetForEp(Pass):
             config.ort_version,
             config.target_opset,
             legalize=config.legalize,
+            lowest_opset=config.lowest_opset,
         )
         result = lowering(ir_model)
         assert isinstance(result, EpLoweringResult)

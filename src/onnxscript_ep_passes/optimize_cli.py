@@ -46,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     dims_help = "sizes of symbolic dimensions for estimates and measured runs (NAME=SIZE,...)"
     parser.add_argument("--dims", metavar="NAME=SIZE,...", help=dims_help)
     parser.add_argument("--report-json", help="write what was fused (JSON) to this file")
+    lowest_help = "weigh no opset below N (default 18): a faster search (see lower --help)"
+    parser.add_argument("--lowest-opset", metavar="N", type=int, help=lowest_help)
 
 
 def run(args: argparse.Namespace) -> list[str]:
@@ -63,6 +65,7 @@ def run(args: argparse.Namespace) -> list[str]:
         max_length=args.max_length,
         dims=parse_dims(args.dims),
         measure=args.measure,
+        lowest_opset=args.lowest_opset,
     )
     pipeline(model)
     save_model(model, args.output)

@@ -62,7 +62,7 @@ from onnxscript_ep_passes.fusion.fuse_for_ep import (
     FusionRecord,
     FusionSpec,
 )
-from onnxscript_ep_passes.passes.lower_for_ep import CPU_EPS, LowerOpsetForEpPass
+from onnxscript_ep_passes.passes.lower_for_ep import CPU_EPS, LowerOpsetForEpPass, lowest_opset_of
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
     """The pipeline of the module docstring; :attr:`fusions` holds what steps 2 and 4 did.
 
     Args:
-        ep, ort_version, target_opset, legalize: As for
+        ep, ort_version, target_opset, legalize, lowest_opset: As for
             :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass`.
         table: A kernel table to use instead of looking one up.
         fuse: Run step 2.
@@ -131,7 +131,9 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         dims: DimsSpec = None,
         measure: bool = False,
         measure_rounds: int = 20,
+        lowest_opset: int | None = None,
     ) -> None:
+        self.lowest_opset = lowest_opset_of(lowest_opset, target_opset)
         self.dims = dims  # a DimSizes, a mapping, a --dims string or None (the lowering's)
         self.measure = measure
         self.measure_rounds = measure_rounds
@@ -224,6 +226,7 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
             legalize=self.legalize,
             dims=self.dims,
             measure=self.measure,
+            lowest_opset=self.lowest_opset,
         )
         lowered = lowering(model).modified
         self._fuse(model, table, NORM_FUSIONS, fuse)
@@ -258,12 +261,14 @@ def optimize_for_ep(
     max_length: int = 4096,
     dims: DimsSpec = None,
     measure: bool = False,
+    lowest_opset: int | None = None,
 ) -> ir.Model:
     """Optimize ``model`` for ``ep`` in place (see module docstring) and return it.
 
     ``dims`` and ``measure`` are :class:`OptimizeForEpPass`'s (the cost objective's
     dimension sizes; choosing between the fused and the unfused model, and the lowering's
-    opset candidates, by measuring them in real sessions).
+    opset candidates, by measuring them in real sessions); ``lowest_opset`` bounds the
+    lowering's search.
     """
     OptimizeForEpPass(
         ep,
@@ -275,5 +280,6 @@ def optimize_for_ep(
         max_length=max_length,
         dims=dims,
         measure=measure,
+        lowest_opset=lowest_opset,
     )(model)
     return model

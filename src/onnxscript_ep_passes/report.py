@@ -14,6 +14,8 @@
                      "measured": {"memcpy", "cpu_nodes", "latency_ms"} | null}],
      "chosen": {"opset", "legalized"},
      "blocked": why no lower opset was reachable, or null,
+     "lowest_opset": the lowest opset the search was allowed to weigh (18, or the bound
+                     the caller set with ``--lowest-opset``),
      "decisions": [{"node", "op_type", "domain", "since_version", "opset",
                     "decision": "lower" | "ep_equivalent" | "expand" | "cpu", "reason"}],
      "before": {"opset", "memcpy", "fallback", "nodes": [{"name", "op_type", "domain",
@@ -43,7 +45,8 @@ top-down:
    define, e.g. SimplifiedLayerNormalization) are carried through unchanged;
 2. the candidates table: each opset reached, with its predicted cost, the chosen one
    marked;
-3. why no lower opset was reachable, when one was not (the first offending nodes);
+3. why no lower opset was reachable, when one was not (the first offending nodes), or
+   that the caller's ``lowest_opset`` bounded the search;
 4. the per-op table, before and after, of the ops whose placement changes (every op with
    ``show_all``);
 5. the decisions about nodes the EP cannot run, grouped by (op, decision, reason) with a
@@ -87,6 +90,7 @@ from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.placement import PlacementPrediction
 from onnxscript_ep_passes.ep.table_source import resolve_table
+from onnxscript_ep_passes.lowering.lower_opset import MIN_TARGET_OPSET
 from onnxscript_ep_passes.lowering.ort_kernels import ort_only
 from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringChoice, choose_target_opset
 from onnxscript_ep_passes.verdict import ep_display_name, verdict
@@ -186,6 +190,7 @@ def choice_report(
         "candidates": _candidate_rows(choice),
         "chosen": {"opset": choice.chosen_opset, "legalized": choice.legalized},
         "blocked": None if choice.blocked is None else str(choice.blocked),
+        "lowest_opset": choice.lowest_opset,
         "decisions": [d.to_dict() for d in choice.decisions],
         "before": _side(choice.source_opset, choice.before),
         "after": _side(choice.chosen_opset, choice.after),
@@ -204,10 +209,11 @@ def placement_report(
     measure: bool = False,
     kernel_table: str | os.PathLike[str] | None = None,
     model_name: str | None = None,
+    lowest_opset: int | None = None,
 ) -> dict[str, Any]:
     """Predicted placement before and after lowering for ``ep`` (the model is not changed).
 
-    ``legalize``, ``dims``, ``measure`` and ``kernel_table`` as for
+    ``legalize``, ``dims``, ``measure``, ``kernel_table`` and ``lowest_opset`` as for
     :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass`; ``model_name`` is the
     report's ``model`` (the path given; default: the graph's name).
     """
@@ -215,7 +221,13 @@ def placement_report(
     if table is None:
         table = resolve_table(ep, ort_version, kernel_table=kernel_table, measure=measure)
     choice = choose_target_opset(
-        model, table, target_opset=target_opset, legalize=legalize, dims=dims, measure=measure
+        model,
+        table,
+        target_opset=target_opset,
+        lowest_opset=lowest_opset,
+        legalize=legalize,
+        dims=dims,
+        measure=measure,
     )
     if assumed and not table.source.startswith("live:"):
         choice = dataclasses.replace(choice, ort_version_assumed=True)
@@ -378,6 +390,9 @@ def render_report(
             parts.append(Text(f"  {line.strip()}", no_wrap=True, overflow="ellipsis"))
         if len(lines) - 1 > _MAX_BLOCKED_LINES:
             parts.append(Text(f"  ... and {len(lines) - 1 - _MAX_BLOCKED_LINES} more"))
+    lowest = report.get("lowest_opset", MIN_TARGET_OPSET)
+    if lowest > MIN_TARGET_OPSET and min(c["opset"] for c in report["candidates"]) == lowest:
+        parts.append(Text(f"opsets below {lowest} were not weighed (--lowest-opset {lowest})"))
     parts.append(_op_table(report, show_all))
     decisions = _decisions(report)
     if decisions is not None:

@@ -67,6 +67,7 @@ def lower_for_ep(
     dims: DimsSpec = None,
     measure: bool = False,
     kernel_table: str | os.PathLike[str] | None = None,
+    lowest_opset: int | None = None,
 ) -> EpLoweringChoice | None:
     """Lower ``program.model`` in place to the opset best for ``ep``; return the choice.
 
@@ -82,6 +83,7 @@ def lower_for_ep(
         dims=dims,
         measure=measure,
         kernel_table=kernel_table,
+        lowest_opset=lowest_opset,
     )
     result = lowering(_model_of(program))
     if result.modified:

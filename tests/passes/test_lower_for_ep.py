@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -15,7 +16,7 @@ from onnxscript_ep_passes import ORT_TRACKING_ISSUE, DowngradeError
 from onnxscript_ep_passes.ep import KernelRange, KernelTable, get_table
 from onnxscript_ep_passes.passes import LowerOpsetForEpPass, choose_target_opset
 from tests.ep.snapshot_oracle import has_kernel, snapshot_rows
-from tests.harness import make_model
+from tests.harness import benchmark_decoder, make_model, run_model
 
 F = TensorProto.FLOAT
 
@@ -155,3 +156,53 @@ def test_one_info_line_per_run_and_a_summarised_warning(
     assert len(warning.splitlines()) == 2, warning
     debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
     assert any("relu29" in m for m in debug)  # each node is still there with -v
+
+
+def test_lowest_opset_bounds_the_search(tmp_path: Path) -> None:
+    # The decoder's Cos/Sin-22 have no CUDA 1.24 kernel at 24 or 23: the full search weighs
+    # every opset down to 18 (each below 23 with Attention expanded) and, on this small
+    # decoder, picks one of them. Bounded at 23 it weighs 24 and 23 only, prices them
+    # exactly as the full search does, and picks the best of the two.
+    proto = benchmark_decoder(tmp_path / "decoder.onnx")
+    table = get_table("cuda", "1.24")
+    full = choose_target_opset(ir.from_proto(proto), table)
+    bounded = choose_target_opset(ir.from_proto(proto), table, lowest_opset=23)
+    assert min(full.costs) == 18 and full.lowest_opset == 18 and full.chosen_opset < 23
+    assert sorted(bounded.costs) == [23, 24] and bounded.lowest_opset == 23
+    assert set(bounded.legalized_costs) <= {23, 24} and bounded.blocked is None
+    assert {o: full.costs[o] for o in bounded.costs} == bounded.costs
+    assert {o: full.legalized_costs[o] for o in bounded.legalized_costs} == (
+        bounded.legalized_costs
+    )
+    weighed = [*bounded.costs.values(), *bounded.legalized_costs.values()]
+    assert (bounded.chosen_opset, bounded.legalized) == (23, False)
+    assert bounded.costs[23].cost == min(c.cost for c in weighed)
+    # The pass applies the bounded choice: a checked model that computes what the original does.
+    model = ir.from_proto(proto)
+    result = LowerOpsetForEpPass("cuda", "1.24", lowest_opset=23)(model)
+    lowered = ir.to_proto(model)
+    assert result.modified and lowered.opset_import[0].version == 23
+    onnx.checker.check_model(lowered, full_check=True)
+    rng = np.random.default_rng(0)
+    feeds = {
+        "input_ids": rng.integers(0, 50, size=(2, 5)).astype(np.int64),
+        "attention_mask": np.array([[1, 1, 1, 1, 1], [0, 1, 1, 1, 1]], dtype=np.int64),
+        "position_ids": np.tile(np.arange(5, dtype=np.int64), (2, 1)),
+    }
+    for expected, actual in zip(run_model(proto, feeds)[0], run_model(lowered, feeds)[0]):
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_lowest_opset_out_of_range_is_refused() -> None:
+    model = _reshape_transpose(24)
+    before = ir.to_proto(model).SerializeToString()
+    with pytest.raises(ValueError, match="lowest_opset 17 is below 18"):
+        LowerOpsetForEpPass("cuda", "1.24", lowest_opset=17)
+    with pytest.raises(ValueError, match="target_opset 21 is below lowest_opset 22"):
+        LowerOpsetForEpPass("cuda", "1.24", target_opset=21, lowest_opset=22)
+    with pytest.raises(ValueError, match="lowest_opset 17"):
+        choose_target_opset(model, get_table("cuda", "1.24"), lowest_opset=17)
+    assert ir.to_proto(model).SerializeToString() == before
+    # A bound at or above the model's opset: only the model's own opset is weighed.
+    choice = choose_target_opset(model, get_table("cuda", "1.24"), lowest_opset=24)
+    assert sorted(choice.costs) == [24] and choice.chosen_opset == 24

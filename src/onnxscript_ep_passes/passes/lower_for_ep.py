@@ -3,7 +3,8 @@
 Rules the pass follows:
 
 1. For the CPU EP (and the default, which is CPU) it does nothing: CPU kernels follow ONNX.
-2. The candidates are the model's own opset and each lower one, down to 18, that the
+2. The candidates are the model's own opset and each lower one, down to 18 (or the
+   caller's ``lowest_opset``: a bound on the search, never a guess), that the
    adapters can reach for this model. They are found by lowering one working copy (it
    shares the weights) one opset at a time; the first refusal ends the search, since
    every lower target needs the step that was refused. So does the first opset at which
@@ -61,6 +62,7 @@ __all__ = [
     "LowerOpsetForEpPass",
     "candidate_models",
     "choose_target_opset",
+    "lowest_opset_of",
 ]
 
 import collections
@@ -130,6 +132,8 @@ class EpLoweringChoice:
             candidate measured.
         ort_version_assumed: The caller named no ORT release and the table is a shipped
             snapshot (not listed from the installed ORT): ``ort_version`` is a default.
+        lowest_opset: The lowest opset the search was allowed to weigh (18, or the
+            caller's bound).
     """
 
     ep: str
@@ -148,6 +152,7 @@ class EpLoweringChoice:
     dims: DimSizes = dataclasses.field(default_factory=DimSizes)
     measured: dict[tuple[int, bool], CandidateMeasurement] = dataclasses.field(default_factory=dict)
     ort_version_assumed: bool = False
+    lowest_opset: int = MIN_TARGET_OPSET
 
     @property
     def before(self) -> PlacementPrediction:
@@ -281,6 +286,7 @@ def _search(
         legalized_costs={o: c.rank.cost for o, c in search.legalized.items()},
         dims=settings.sizes,
         measured=measured,
+        lowest_opset=floor,
     )
     return choice, search.model_of(model, chosen) if chosen.legalized else None, search
 
@@ -290,7 +296,7 @@ def choose_target_opset(
     table: KernelTable,
     *,
     target_opset: int | None = None,
-    floor: int = MIN_TARGET_OPSET,
+    lowest_opset: int | None = None,
     legalize: bool = True,
     dims: DimsSpec = None,
     measure: bool = False,
@@ -300,11 +306,38 @@ def choose_target_opset(
     """Predict placement at each reachable opset and pick the best (see module docstring).
 
     ``model`` is not modified. With ``target_opset``, only the source and that opset are
-    evaluated (and :class:`DowngradeError` propagates when it cannot be reached). With
+    evaluated (and :class:`DowngradeError` propagates when it cannot be reached); with
+    ``lowest_opset`` (:func:`lowest_opset_of`), no opset below it is weighed. With
     ``legalize``, each candidate opset also gets a legalized variant (rule 6); ``dims``
     sizes symbolic dimensions (:class:`DimSizes`); ``measure``: rule 8."""
     settings = SearchSettings(DimSizes.of(dims), measure, measure_top, measure_runs)
+    floor = lowest_opset_of(lowest_opset, target_opset)
     return _search(model, table, target_opset, floor, legalize, settings)[0]
+
+
+def lowest_opset_of(lowest_opset: int | None, target_opset: int | None = None) -> int:
+    """The lowest opset a search may weigh: ``lowest_opset``, or 18 when None.
+
+    A bound makes the search cheaper when the opsets below it are not wanted (each lower
+    candidate of a model whose ops expand below some opset can be several times the
+    model's size); the choice is then the best of the opsets weighed.
+
+    Raises:
+        ValueError: ``lowest_opset`` is below 18, or above an explicit ``target_opset``.
+    """
+    if lowest_opset is None:
+        return MIN_TARGET_OPSET
+    if lowest_opset < MIN_TARGET_OPSET:
+        raise ValueError(
+            f"lowest_opset {lowest_opset} is below {MIN_TARGET_OPSET}, the lowest opset the "
+            "adapters reach"
+        )
+    if target_opset is not None and target_opset < lowest_opset:
+        raise ValueError(
+            f"target_opset {target_opset} is below lowest_opset {lowest_opset}: "
+            "the search may not weigh it"
+        )
+    return lowest_opset
 
 
 def candidate_models(
@@ -357,6 +390,7 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
             every reachable opset.
         kernel_table: A file with the EP's kernels in the snapshot format, for an EP
             without a shipped table (:mod:`~onnxscript_ep_passes.ep.table_source`).
+        lowest_opset: Weigh no opset below this one (default 18; :func:`lowest_opset_of`).
 
     The pass returns an :class:`EpLoweringResult`.
     """
@@ -372,8 +406,10 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
         dims: DimsSpec = None,
         measure: bool = False,
         kernel_table: str | os.PathLike[str] | None = None,
+        lowest_opset: int | None = None,
     ) -> None:
         super().__init__()
+        self.lowest_opset = lowest_opset_of(lowest_opset, target_opset)
         self.ep = canonical_ep_name(ep)
         self.ort_version = ort_version
         self.target_opset = target_opset
@@ -394,7 +430,7 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
             )
         settings = SearchSettings(self.dims, self.measure)
         choice, legalized_model, _ = _search(
-            model, table, self.target_opset, MIN_TARGET_OPSET, self.legalize, settings
+            model, table, self.target_opset, self.lowest_opset, self.legalize, settings
         )
         if self.table is None and self.ort_version is None and not table.source.startswith("live:"):
             choice = dataclasses.replace(choice, ort_version_assumed=True)
