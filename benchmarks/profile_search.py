@@ -10,7 +10,8 @@ counts for the outer one only:
 * ``price``: pricing them (``placement_cost``);
 * ``fold``: static shape folding of the nodes lowering built (legalized variants);
 * ``checkpoint`` / ``restore``: recording the working copy and putting it back after each
-  legalized variant and trial;
+  trial (a checkpoint), and undoing each legalized variant (its edit log's restore; the log
+  records the folding's edits as they are made, counted in ``fold``);
 * ``collect``: the young-generation collections after each candidate;
 * ``clone``: the one working copy; ``other``: the rest (choosing, decisions, trials'
   expansions and widening).
@@ -91,6 +92,7 @@ def _child(path: str, ep: str, ort_version: str | None) -> dict[str, Any]:
             if ours and getattr(module, name, None) is original:
                 setattr(module, name, wrapped)
     checkpoints.Checkpoint.restore = timed(checkpoints.Checkpoint.restore, "restore")
+    checkpoints.EditLog.restore = timed(checkpoints.EditLog.restore, "restore")
 
     table = table_choice.get_table(ep, ort_version)
     start = time.perf_counter()
