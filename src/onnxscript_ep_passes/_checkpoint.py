@@ -335,31 +335,47 @@ class EditLog:
 
 def _let_go(node: ir.Node) -> None:
     """Break the cycles of a node the log made and took out again (rule 5): its outputs
-    and its attributes point back at it, so without this it would wait for the cyclic
-    collector (15 objects per folded constant)."""
+    point back at it, and so does its attribute container, which holds the attributes
+    (a folded constant's tensor); so only the node and its container are left for the
+    cyclic collector (3 objects of 15 for a folded constant)."""
     if all(not out.uses() and not out.is_graph_output() for out in node.outputs):
         node.resize_outputs(0)
-    node.attributes.clear()
+    node.attributes.data.clear()  # the dict itself: a UserDict's clear() pops one by one
 
 
 def _put_back_order(graph: ir.Graph, order: list[ir.Node]) -> None:
-    """Put back in ``graph`` the nodes of ``order`` removed from it, in place."""
+    """Put back in ``graph`` the nodes of ``order`` removed from it, in place: each run of
+    them in one insertion."""
     previous: ir.Node | None = None
+    anchor: ir.Node | None = None  # where the current run goes: after it (None: first)
+    run: list[ir.Node] = []
     for node in order:
         owner = node.graph
         if owner is None:
-            if previous is None:
-                first = next(iter(graph), None)
-                if first is None:
-                    graph.append(node)
-                else:
-                    graph.insert_before(first, node)
-            else:
-                graph.insert_after(previous, node)
-        elif owner is not graph:
+            if not run:
+                anchor = previous
+            run.append(node)
+        elif owner is graph:
+            if run:
+                _insert_run(graph, anchor, run)
+                run = []
+        else:
             raise RuntimeError(f"node '{node.name}' moved to another graph: cannot restore")
         previous = node
+    if run:
+        _insert_run(graph, anchor, run)
     if len(graph) != len(order):
         raise RuntimeError(
             f"graph '{graph.name}' has nodes the edit log did not make: cannot restore"
         )
+
+
+def _insert_run(graph: ir.Graph, anchor: ir.Node | None, run: list[ir.Node]) -> None:
+    if anchor is not None:
+        graph.insert_after(anchor, run)
+        return
+    first = next(iter(graph), None)
+    if first is None:
+        graph.extend(run)
+    else:
+        graph.insert_before(first, run)
