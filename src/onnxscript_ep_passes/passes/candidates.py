@@ -116,6 +116,7 @@ class CandidateSearch:
                 self.table,
                 built=ordered,
                 prediction=plain.prediction,
+                cost=plain.rank.cost,
                 dims=self.sizes,
                 log=log,
             )

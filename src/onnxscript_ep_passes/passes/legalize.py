@@ -335,6 +335,7 @@ def legalize(
     *,
     built: Iterable[ir.Node] = (),
     prediction: PlacementPrediction | None = None,
+    cost: PlacementCost | None = None,
     dims: DimSizes | None = None,
     log: EditLog | None = None,
 ) -> LegalizationResult:
@@ -345,9 +346,9 @@ def legalize(
         table: The EP's kernel table.
         built: Nodes of ``model`` that an earlier rewrite (a lowering) built: their static
             shape math is folded first.
-        prediction: The model's predicted placement on ``table``, when already known
-            (used only when nothing was folded); its records must point at ``model``'s
-            nodes.
+        prediction, cost: The model's predicted placement on ``table`` (its records must
+            point at ``model``'s nodes) and its cost with ``dims``, when already known
+            (used only when nothing was folded).
         dims: Sizes of symbolic dimensions for the cost estimate (defaults if None).
         log: Given, ``log.restore()`` puts ``model`` back (folding logged, a trial nested).
 
@@ -359,17 +360,15 @@ def legalize(
         raise ValueError("the model imports no ai.onnx opset")
     folded = fold_static_shapes(list(built), opset, log=log)
     if prediction is None or folded:
-        prediction = predict_placement(model, table)
+        prediction, cost = predict_placement(model, table), None
     before = prediction
     search = _Search(model, table, opset, dims or DimSizes())
-    search.log = log
+    search.log, search.priced = log, None if cost is None else (before, cost)
     before_cost = search.cost(before)
     after = search.run(before)
-    changed = search.expanded or search.widened
     after_cost = search.cost(after)  # ``before_cost`` when nothing changed
-    gain = f"predicted {before_cost} -> {after_cost}"
-    decisions = _decisions(before, gain, search, opset)
-    if changed:  # one of many trials in an EP search: the EP pass logs the summary
+    decisions = _decisions(before, f"predicted {before_cost} -> {after_cost}", search, opset)
+    if search.expanded or search.widened:  # in an EP search, the EP pass logs the summary
         logger.debug(
             "Legalized '%s' for %s at opset %d: expanded %d nodes (%s); predicted %s -> %s",
             model.graph.name,
