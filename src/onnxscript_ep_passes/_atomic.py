@@ -30,7 +30,7 @@ from pathlib import Path
 
 import onnx
 
-from onnxscript_ep_passes._onnx import iter_graphs
+from onnxscript_ep_passes._onnx import point_external_data
 
 logger = logging.getLogger(__name__)
 
@@ -246,11 +246,7 @@ def _bounded_copy(
 def _relocate(graph_path: Path, old: str, new: str) -> None:
     """Point the saved graph's external references to data file ``old`` at ``new``."""
     proto = onnx.load(graph_path, load_external_data=False)
-    for graph in iter_graphs(proto.graph):
-        for tensor in graph.initializer:
-            for entry in tensor.external_data:
-                if entry.key == "location" and entry.value == old:
-                    entry.value = new
+    point_external_data(proto, new, old)
     with open(graph_path, "wb") as file:
         file.write(proto.SerializeToString())
         file.flush()

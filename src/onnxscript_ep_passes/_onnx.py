@@ -23,6 +23,7 @@ __all__ = [
     "get_schema",
     "iter_graphs",
     "iter_nodes",
+    "point_external_data",
     "schema_function_body",
     "type_string",
     "walk",
@@ -59,6 +60,16 @@ def iter_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 for sub in attr.graphs:
                     yield from iter_graphs(sub)
+
+
+def point_external_data(proto: onnx.ModelProto, location: str, old: str | None = None) -> None:
+    """Point the external data of ``proto``'s initializers (every graph's) at the file
+    ``location``: every reference, or only those to ``old`` when given."""
+    for graph in iter_graphs(proto.graph):
+        for tensor in graph.initializer:
+            for entry in tensor.external_data:
+                if entry.key == "location" and (old is None or entry.value == old):
+                    entry.value = location
 
 
 def iter_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:

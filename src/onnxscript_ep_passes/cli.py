@@ -37,7 +37,7 @@ import sys
 import types
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from onnxscript_ep_passes import __version__
 from onnxscript_ep_passes._cli_logging import configure_logging
@@ -50,9 +50,6 @@ from onnxscript_ep_passes.cli_examples import (
     objective_arguments,
 )
 from onnxscript_ep_passes.errors import EXIT_BAD_INPUT, EXIT_REFUSED, DowngradeError, one_line
-
-if TYPE_CHECKING:
-    pass
 
 # Start-up is a large part of a run on small models, so each command imports what it
 # needs when it runs: ``lower --target-opset`` never imports onnxruntime, onnxscript or

@@ -68,7 +68,7 @@ import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
 from onnxscript_ep_passes._atomic import Stage as _Stage
-from onnxscript_ep_passes._onnx import iter_graphs
+from onnxscript_ep_passes._onnx import point_external_data
 from onnxscript_ep_passes.errors import InvalidModelError
 from onnxscript_ep_passes.external_data_checks import check_external_data
 from onnxscript_ep_passes.model_checks import check_model_proto
@@ -246,12 +246,7 @@ def serialize_pointing_at(model: ir.Model, location: str | None) -> onnx.ModelPr
     """The model's proto; external references renamed to ``location`` when given."""
     proto = ir.serde.serialize_model(model)
     if location is not None:
-        for graph in iter_graphs(proto.graph):
-            for tensor in graph.initializer:
-                if tensor.data_location == onnx.TensorProto.EXTERNAL:
-                    for entry in tensor.external_data:
-                        if entry.key == "location":
-                            entry.value = location
+        point_external_data(proto, location)
     return proto
 
 
@@ -261,10 +256,22 @@ def copy_file_source(model: ir.Model, external_data: bool | None = None) -> tupl
     uses); None when it would not copy one file (inline weights, several files, a large
     tensor held in memory)."""
     tensors = _initializer_tensors(model)
+    return _copied_range(tensors) if _with_external_data(tensors, external_data) else None
+
+
+def _with_external_data(tensors: list[ir.TensorProtocol], asked: bool | None) -> bool:
+    """Whether :func:`save_model` writes external data: as ``asked``, or (None) when the
+    model has external tensors or its initializers do not fit in one protobuf."""
+    if asked is not None:
+        return asked
     external = any(isinstance(t, ir.ExternalTensor) for t in tensors)
-    if external_data is None:
-        external_data = external or sum(t.nbytes for t in tensors) > INLINE_WEIGHTS_LIMIT
-    source = _single_source(tensors) if external_data else None
+    return external or sum(t.nbytes for t in tensors) > INLINE_WEIGHTS_LIMIT
+
+
+def _copied_range(tensors: list[ir.TensorProtocol]) -> tuple[Path, int] | None:
+    """The one data file holding every large tensor of ``tensors`` and the end of the last
+    of them in it (what ``copy_file`` copies); None when there is no such file."""
+    source = _single_source(tensors)
     if source is None:
         return None
     seen: dict[tuple[str, str], Path] = {}
@@ -298,24 +305,30 @@ def save_model(
         if problem is not None:
             raise ValueError(problem)
     tensors = _initializer_tensors(model)
-    external = any(isinstance(t, ir.ExternalTensor) for t in tensors)
-    if external_data is None:
-        external_data = external or sum(t.nbytes for t in tensors) > INLINE_WEIGHTS_LIMIT
+    external_data = _with_external_data(tensors, external_data)
     source = model.meta.get(_SOURCE_KEY)
     stage = _Stage(out, source if isinstance(source, str) else None)
     stage.create()
     try:
-        data_name, keep = _write(model, stage, external_data=external_data, weights=weights)
+        data_name, keep = _write(
+            model, stage, tensors, external_data=external_data, weights=weights
+        )
         stage.commit(data_name, keep)
     finally:
         stage.cleanup()
 
 
 def _write(
-    model: ir.Model, stage: _Stage, *, external_data: bool, weights: WeightsMode
+    model: ir.Model,
+    stage: _Stage,
+    tensors: list[ir.TensorProtocol],
+    *,
+    external_data: bool,
+    weights: WeightsMode,
 ) -> tuple[str | None, set[str]]:
-    """Write the staged files; return the staged data file's name (if any) and the names
-    of existing data files in OUT's directory that the new graph uses."""
+    """Write the staged files (``tensors``: the model's initializers); return the staged
+    data file's name (if any) and the names of existing data files in OUT's directory
+    that the new graph uses."""
     out = stage.out
     read = data_files(model)
     in_place = stage.source == os.path.realpath(out)
@@ -331,7 +344,7 @@ def _write(
         logger.debug("saving %s; weights referenced in place", out)
         stage.write_graph(serialize_pointing_at(model, None))
         return None, keep | {f.name for f in read}
-    found = copy_file_source(model, external_data=True) if weights == "copy_file" else None
+    found = _copied_range(tensors) if weights == "copy_file" else None
     source = None if found is None else found[0]
     if (
         source is not None

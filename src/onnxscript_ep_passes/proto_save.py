@@ -38,7 +38,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxscript_ep_passes._atomic import Stage as _Stage
-from onnxscript_ep_passes._onnx import iter_graphs
+from onnxscript_ep_passes._onnx import iter_graphs, point_external_data
 from onnxscript_ep_passes.external_data_checks import check_external_data
 from onnxscript_ep_passes.model_io import (
     INLINE_TENSOR_LIMIT,
@@ -189,11 +189,7 @@ class ProtoSave:
         if self._failure is not None:
             raise self._failure
         if self._name is not None:
-            for graph in iter_graphs(proto.graph):
-                for tensor in graph.initializer:
-                    for entry in tensor.external_data:
-                        if entry.key == "location":
-                            entry.value = self._name
+            point_external_data(proto, self._name)
         self._stage.write_graph(proto)
         self._stage.commit(self._name, self._keep)
 
