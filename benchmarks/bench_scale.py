@@ -338,7 +338,8 @@ memory-mapped weight pages that were touched). `x lower_23` divides by the plain
 time and 2x its peak RSS at 40k nodes, and 8x the nodes to cost at most 10x the time.
 `lower_ep_23` is the EP search bounded with `--lowest-opset 23`; `ir_roundtrip` loads the
 model into onnx-ir and saves it unchanged, with the EP commands' imports: the floor of
-any command that works on the onnx-ir model. Models: `make_decoder.py` (see its docstring), weights float32 in one external data file.
+any command that works on the onnx-ir model.
+Models: `make_decoder.py` (see its docstring), weights float32 in one external data file.
 The machine is shared: other work ran at the same time (see the load average)."""
 
 
