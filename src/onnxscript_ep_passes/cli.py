@@ -9,6 +9,11 @@ Rules:
   ``--version`` prints the package's version and those of onnx and ONNX Runtime.
 - stdout carries results only (the verdict, the report, ``--json``); logs, ORT's and the
   GPU driver's messages go to stderr.
+- One summary per command: its verdict line on stdout. stderr gets warnings, errors and
+  the command's own notes; the passes' INFO lines, the lists of nodes and ORT's/Dawn's
+  warnings only with ``-v`` (:mod:`._cli_logging`).
+- Text from the model (names, op types, domains) is printed with control characters
+  escaped (:mod:`.display`); ``--json`` keeps the exact strings.
 - A target that is not below the model's opset (or an EP choice that keeps the model as
   it is) is "nothing to do": exit 0, and OUT is not written unless
   ``--write-unchanged`` asks for it.
@@ -40,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from onnxscript_ep_passes import __version__
-from onnxscript_ep_passes._cli_logging import configure_logging
+from onnxscript_ep_passes._cli_logging import configure_logging, native_output
 from onnxscript_ep_passes._collector import paused_collector
 from onnxscript_ep_passes.cli_examples import (
     LOWER_EXAMPLES,
@@ -49,6 +54,7 @@ from onnxscript_ep_passes.cli_examples import (
     lowest_opset_problem,
     objective_arguments,
 )
+from onnxscript_ep_passes.display import shown, shown_lines
 from onnxscript_ep_passes.errors import EXIT_BAD_INPUT, EXIT_REFUSED, DowngradeError, one_line
 
 # Start-up is a large part of a run on small models, so each command imports what it
@@ -56,6 +62,12 @@ from onnxscript_ep_passes.errors import EXIT_BAD_INPUT, EXIT_REFUSED, DowngradeE
 # the EP machinery (tests/test_cli.py checks it).
 
 logger = logging.getLogger("onnxscript_ep_passes")
+command_logger = logging.getLogger("onnxscript_ep_passes.cli")  # shown at INFO by default
+
+ORT_TRACKING_NOTE = (
+    "ORT issue 27729 tracks the kernel gaps this lowering works around: "
+    "https://github.com/microsoft/onnxruntime/issues/27729"
+)
 
 PROG = "onnxscript-ep-passes"
 
@@ -168,6 +180,7 @@ def _lower(args: argparse.Namespace) -> int:
     data = proto_source_file(proto, args.model, external_data=external, weights=args.weights)
     if args.ep is None and (fast := lower_proto(proto, data, args.output, args.target_opset)):
         _say(args, f"{name}: {fast}")
+        command_logger.info(ORT_TRACKING_NOTE)
         _say(args, f"wrote {args.output}")
         return 0
     # The weights copy starts now and overlaps the work (lower --ep: the whole search).
@@ -188,6 +201,7 @@ def _lower(args: argparse.Namespace) -> int:
                 return 0  # the copy stops and what it staged goes
         else:
             _say(args, f"{name}: {line}")
+            command_logger.info(ORT_TRACKING_NOTE)
         if saving is None or not saving.commit_model(model):
             save_model(model, args.output, external_data=external, weights=args.weights)
     _say(args, f"wrote {args.output}")
@@ -211,6 +225,11 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--no-legalize", action="store_true", help="only choose the opset; expand nothing"
+    )
+    parser.add_argument(
+        "--no-run",
+        action="store_true",
+        help="do not run the model (and, when it fails, the candidates) on ORT's CPU EP",
     )
     objective_arguments(parser)
 
@@ -237,6 +256,7 @@ def _report(args: argparse.Namespace) -> int:
             kernel_table=args.kernel_table,
             model_name=args.model,
             lowest_opset=args.lowest_opset,
+            check_runs=not args.no_run,
         )
     if args.json:
         sys.stdout.write(json.dumps(result) + "\n")
@@ -363,9 +383,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _say(args: argparse.Namespace, line: str) -> None:
-    """A result line on stdout (not with -q)."""
+    """A result line on stdout (not with -q), control characters escaped."""
     if not args.quiet:
-        sys.stdout.write(line + "\n")
+        sys.stdout.write(shown(line) + "\n")
         sys.stdout.flush()
 
 
@@ -435,14 +455,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose, args.quiet)
+    with native_output(args.verbose):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         with paused_collector():
             return int(args.run(args))
     except UsageError as error:
-        args.usage_error(str(error))  # prints the subcommand's usage, exits 2
+        args.usage_error(shown(error))  # prints the subcommand's usage, exits 2
         raise  # pragma: no cover - error() exits
     except DowngradeError as error:
-        sys.stderr.write(f"{error}\n")
+        sys.stderr.write(f"{shown_lines(error)}\n")
         return EXIT_REFUSED
     except Exception as error:  # every other failure: one line, exit 1, never a traceback
         logger.error("%s", one_line(error, getattr(args, "model", PROG)))

@@ -3,8 +3,10 @@
 :func:`add_arguments` declares its options; :func:`run` loads the model, runs
 :class:`~onnxscript_ep_passes.pipeline.OptimizeForEpPass`, saves the result, writes
 ``--report-json`` (validated by :func:`report_schema`, the JSON Schema shipped as
-``optimize_report.schema.json``) and returns the lines to show (one per fusion tried; with ``--measure``
-one per candidate measured, predicted vs measured; then the output).
+``optimize_report.schema.json``) and returns the lines to show: the verdict
+(:meth:`~onnxscript_ep_passes.pipeline.OptimizeForEpPass.summary`), then, with ``-v``,
+one per fusion tried and (``--measure``) one per candidate measured, predicted vs
+measured; then the output written.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ def run(args: argparse.Namespace) -> list[str]:
     save_model(model, args.output)
     if args.report_json:
         Path(args.report_json).write_text(json.dumps(pipeline.report(), indent=1) + "\n")
-    lines = [f"fusion {r.summary()}" for r in pipeline.fusions]
-    lines += [f"candidate {c.summary()}" for c in pipeline.candidates]
+    lines = [pipeline.summary(Path(args.model).name)]
+    if args.verbose:
+        lines += [f"fusion {r.summary()}" for r in pipeline.fusions]
+        lines += [f"candidate {c.summary()}" for c in pipeline.candidates]
     return [*lines, f"wrote {args.output}"]

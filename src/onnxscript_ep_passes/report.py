@@ -21,7 +21,9 @@
      "before": {"opset", "memcpy", "fallback", "nodes": [{"name", "op_type", "domain",
                 "since_version", "placement": "ep" | "cpu", "reason",
                 "shape_computation", "inserted_by_ort"}]},
-     "after": {same keys}}
+     "after": {same keys},
+     "runs": null, or whether the model as given runs in a real session and, when it
+             does not, which candidates do (:mod:`~onnxscript_ep_passes.run_check`)}
 
 ``candidates`` lists every candidate evaluated, plain lowerings and legalized variants,
 highest opset first, plain before legalized. ``predicted.cost`` is the EP objective's
@@ -77,6 +79,7 @@ import io
 import json
 import os
 import sys
+import textwrap
 from typing import IO, Any
 
 import onnx_ir as ir
@@ -85,7 +88,9 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from onnxscript_ep_passes.display import shown, shown_lines
 from onnxscript_ep_passes.ep import cost
+from onnxscript_ep_passes.ep.cost import PlacementCost
 from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.placement import PlacementPrediction
@@ -93,7 +98,7 @@ from onnxscript_ep_passes.ep.table_source import resolve_table
 from onnxscript_ep_passes.lowering.lower_opset import MIN_TARGET_OPSET
 from onnxscript_ep_passes.lowering.ort_kernels import ort_only
 from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringChoice, choose_target_opset
-from onnxscript_ep_passes.verdict import ep_display_name, verdict
+from onnxscript_ep_passes.verdict import Figures, ep_display_name, quantity, verdict
 
 SCHEMA_VERSION = 1
 
@@ -115,11 +120,16 @@ def report_schema() -> dict[str, Any]:
     return package_schema("report.schema.json")
 
 
-def _side(opset: int, prediction: PlacementPrediction) -> dict[str, Any]:
+def _side(opset: int, prediction: PlacementPrediction, cost: PlacementCost) -> dict[str, Any]:
+    figures = Figures.of(prediction, cost)
     return {
         "opset": opset,
         "memcpy": prediction.memcpy,
+        "memcpy_bytes": figures.memcpy_bytes,
+        "cpu_flops": figures.cpu_flops,
         "fallback": len(prediction.fallback_nodes),
+        "falls_back": figures.falls_back,
+        "shape_math": figures.shape_math,
         "nodes": [
             {
                 "name": n.name,
@@ -129,6 +139,7 @@ def _side(opset: int, prediction: PlacementPrediction) -> dict[str, Any]:
                 "placement": n.placement,
                 "reason": n.reason,
                 "shape_computation": n.is_shape_computation,
+                "shape_math": n.is_shape_math,
                 "inserted_by_ort": n.inserted_by_ort,
             }
             for n in prediction.nodes
@@ -155,13 +166,20 @@ def _candidate_rows(choice: EpLoweringChoice) -> list[dict[str, Any]]:
                 continue
             estimate = costs[opset]
             measured = choice.measured.get((opset, legalized))
+            expanded = len(choice.plan.get(opset, ())) if legalized else 0
             rows.append(
                 {
                     "opset": opset,
                     "legalized": legalized,
+                    "changes": {
+                        "relabelled": opset < choice.source_opset,
+                        "nodes_replaced": choice.replaced.get((opset, legalized), 0),
+                        "expanded_for_ep": expanded,
+                    },
                     "predicted": {
                         "memcpy": estimate.memcpy,
                         "memcpy_bytes": estimate.memcpy_bytes,
+                        "cpu_flops": estimate.cpu_flops,
                         "fallback_nodes": estimate.fallback_nodes,
                         "cost": estimate.cost,
                     },
@@ -192,8 +210,9 @@ def choice_report(
         "blocked": None if choice.blocked is None else str(choice.blocked),
         "lowest_opset": choice.lowest_opset,
         "decisions": [d.to_dict() for d in choice.decisions],
-        "before": _side(choice.source_opset, choice.before),
-        "after": _side(choice.chosen_opset, choice.after),
+        "before": _side(choice.source_opset, choice.before, choice.costs[choice.source_opset]),
+        "after": _side(choice.chosen_opset, choice.after, choice.after_cost),
+        "runs": None,
     }
 
 
@@ -210,12 +229,15 @@ def placement_report(
     kernel_table: str | os.PathLike[str] | None = None,
     model_name: str | None = None,
     lowest_opset: int | None = None,
+    check_runs: bool = False,
 ) -> dict[str, Any]:
     """Predicted placement before and after lowering for ``ep`` (the model is not changed).
 
     ``legalize``, ``dims``, ``measure``, ``kernel_table`` and ``lowest_opset`` as for
     :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass`; ``model_name`` is the
-    report's ``model`` (the path given; default: the graph's name).
+    report's ``model`` (the path given; default: the graph's name). ``check_runs`` (the
+    ``report`` command's default) runs the model, and when it fails the candidates, in
+    real ORT sessions and fills ``runs`` (:func:`~onnxscript_ep_passes.run_check.run_check`).
     """
     assumed = table is None and ort_version is None and kernel_table is None
     if table is None:
@@ -231,14 +253,33 @@ def placement_report(
     )
     if assumed and not table.source.startswith("live:"):
         choice = dataclasses.replace(choice, ort_version_assumed=True)
-    return choice_report(model, choice, model_name=model_name or model.graph.name)
+    report = choice_report(model, choice, model_name=model_name or model.graph.name)
+    if check_runs:
+        from onnxscript_ep_passes.run_check import run_check
+
+        report["runs"] = run_check(model, report, table)
+    return report
 
 
 # -- text ----------------------------------------------------------------------------------
 
+WIDTH = 100
+"""The text report's width: it reads well at 100 columns (a narrower terminal's width
+wins)."""
+
 _MAX_BLOCKED_LINES = 5
-_FIGURE_NAMES = {"fallback": "CPU nodes", "memcpy": "Memcpy"}
 _MAX_NODE_NAMES = 3
+_NBSP = "\u00a0"  # holds a kernel range list together while a reason is wrapped
+
+
+def _figures(side: dict[str, Any]) -> Figures:
+    return Figures(
+        memcpy=side["memcpy"],
+        memcpy_bytes=side.get("memcpy_bytes", 0),
+        cpu_flops=side.get("cpu_flops", 0.0),
+        falls_back=side.get("falls_back", side["fallback"]),
+        shape_math=side.get("shape_math", 0),
+    )
 
 
 def _verdict(report: dict[str, Any], model_name: str | None) -> str:
@@ -252,115 +293,215 @@ def _verdict(report: dict[str, Any], model_name: str | None) -> str:
         table_source=report["table_source"],
         source_opset=before["opset"],
         chosen_opset=after["opset"],
-        memcpy=(before["memcpy"], after["memcpy"]),
-        cpu_nodes=(before["fallback"], after["fallback"]),
+        before=_figures(before),
+        after=_figures(after),
         expanded=expanded,
         assumed=bool(report.get("ort_version_assumed")),
         model=model_name or os.path.basename(report.get("model") or "") or None,
     )
 
 
+def _changes(c: dict[str, Any]) -> str:
+    """What the candidate does to the model, in words (``relabelled, 2 replaced``)."""
+    changes = c.get("changes") or {}
+    words = []
+    if changes.get("relabelled"):
+        words.append("relabelled")
+    replaced = changes.get("nodes_replaced", 0)
+    expanded = changes.get("expanded_for_ep", 0)
+    if replaced - expanded > 0:
+        words.append(f"{replaced - expanded} replaced")
+    if expanded:
+        words.append(f"{expanded} expanded")
+    return ", ".join(words) or "as given"
+
+
 def _candidates(report: dict[str, Any]) -> Table:
-    table = Table(title="candidates", title_justify="left", box=box.SIMPLE_HEAD)
-    for name in ("opset", "CPU nodes", "Memcpy", "bytes moved", "est. us"):
+    table = Table(
+        title="candidates (predicted; bytes moved and CPU work per run)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1),
+        pad_edge=False,
+    )
+    table.add_column("", width=1)
+    table.add_column("opset", justify="right")
+    for name in ("Memcpy", "moved", "CPU work", "fallback", "est. us"):
         table.add_column(name, justify="right")
     measured = any(c["measured"] for c in report["candidates"])
     if measured:
-        for name in ("measured Memcpy", "measured ms"):
+        for name in ("measured\nMemcpy", "measured\nms"):
             table.add_column(name, justify="right")
-    table.add_column("")
+    table.add_column("changes (* chosen)")
     chosen = report["chosen"]
     for c in report["candidates"]:
         p, m = c["predicted"], c["measured"]
+        is_chosen = c["opset"] == chosen["opset"] and c["legalized"] == chosen["legalized"]
         row = [
+            "*" if is_chosen else "",
             f"{c['opset']}{' legalized' if c['legalized'] else ''}",
-            str(p["fallback_nodes"]),
             str(p["memcpy"]),
-            str(p["memcpy_bytes"]),
+            quantity(p["memcpy_bytes"], "B"),
+            quantity(p.get("cpu_flops", 0.0), "FLOP"),
+            str(p["fallback_nodes"]),
             f"{p['cost']:.1f}",
         ]
         if measured:
-            row += ["", ""] if m is None else [str(m["memcpy"]), f"{m['latency_ms']:.2f}"]
-        is_chosen = c["opset"] == chosen["opset"] and c["legalized"] == chosen["legalized"]
-        mark = "chosen (legalized)" if c["legalized"] else "chosen"
-        row.append(mark if is_chosen else "")
+            row += ["-", "-"] if m is None else [str(m["memcpy"]), f"{m['latency_ms']:.2f}"]
+        row.append(_changes(c))
         table.add_row(*row, style="bold" if is_chosen else None)
     return table
 
 
 def _op_key(node: dict[str, Any]) -> str:
-    return f"{node['domain']}::{node['op_type']}" if node["domain"] else node["op_type"]
+    return shown(f"{node['domain']}::{node['op_type']}" if node["domain"] else node["op_type"])
+
+
+_LABELS = ("ep", "cpu", "shape")
+
+
+def _label(node: dict[str, Any]) -> str:
+    if node["placement"] == "ep":
+        return "ep"
+    math = node.get("shape_math", node.get("shape_computation"))
+    return "shape" if math else "cpu"
 
 
 def _placement_counts(side: dict[str, Any]) -> dict[str, collections.Counter[str]]:
     counts: dict[str, collections.Counter[str]] = {}
     for node in side["nodes"]:
-        label = "shape" if node.get("shape_computation") else node["placement"]
-        counts.setdefault(_op_key(node), collections.Counter())[label] += 1
+        counts.setdefault(_op_key(node), collections.Counter())[_label(node)] += 1
     return counts
 
 
-def _op_table(report: dict[str, Any], show_all: bool) -> Table | Text:
+def _op_table(report: dict[str, Any], show_all: bool) -> RenderableType:
     before = _placement_counts(report["before"])
     after = _placement_counts(report["after"])
     empty: collections.Counter[str] = collections.Counter()
-    labels = ("ep", "cpu", "shape")
     rows = []
     for op in sorted({*before, *after}):
         b, a = before.get(op, empty), after.get(op, empty)
-        if show_all or any(b[label] != a[label] for label in labels):
+        if show_all or any(b[label] != a[label] for label in _LABELS):
             rows.append((op, b, a))
     if not rows:
         return Text("placement per op: unchanged (--all lists every op)")
-    title = "placement per op" + ("" if show_all else ", ops that change (--all lists every op)")
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    opsets = f"opset {report['before']['opset']} -> {report['after']['opset']}"
+    which = "every op" if show_all else "ops that change (--all lists every op)"
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     table.add_column("op")
     for side in ("before", "after"):
-        opset = report[side]["opset"]
-        table.add_column(f"{side} (opset {opset}): EP", justify="right")
-        table.add_column("CPU", justify="right")
-        table.add_column("shape", justify="right")
+        for label in ("EP", "CPU", "shape"):
+            table.add_column(f"{side}\n{label}", justify="right")
     for op, b, a in rows:
-        cells = [str(b[label] or "") for label in labels] + [
-            str(a[label] or "") for label in labels
-        ]
+        cells = [str(b[label]) for label in _LABELS] + [str(a[label]) for label in _LABELS]
         table.add_row(op, *cells, style="red" if a["cpu"] else None)
-    return table
+    title = Text(f"placement per op, {opsets}: {which}", style="italic")
+    legend = Text("EP: on the EP; CPU: falls back (no EP kernel); shape: shape math on CPU")
+    return Group(title, table, legend)
 
 
-def _decisions(report: dict[str, Any]) -> Table | None:
+def _unbroken_lists(reason: str) -> str:
+    """A reason whose parenthesised kernel lists (``(registered: [1, 4], 23+)``) cannot be
+    broken when wrapped."""
+    out, depth = [], 0
+    for char in reason:
+        depth += char == "("
+        depth -= char == ")"
+        out.append(_NBSP if char == " " and depth > 0 else char)
+    return "".join(out)
+
+
+def _decisions(report: dict[str, Any], width: int) -> Text | None:
     decisions = report.get("decisions") or []
     if not decisions:
         return None
     groups: dict[tuple[str, str, str], list[str]] = {}
     for d in decisions:
         op = _op_key(d) + (f"-{d['since_version']}" if d["since_version"] is not None else "")
-        groups.setdefault((op, d["decision"], d["reason"]), []).append(d["node"] or "<unnamed>")
-    table = Table(
-        title="decisions about the nodes the EP cannot run",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-    )
-    for name, justify in (("nodes", "right"), ("op", "left"), ("decision", "left")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    table.add_column("e.g.")
-    table.add_column("why")
+        name = shown(d["node"]) if d["node"] else "<unnamed>"
+        groups.setdefault((op, d["decision"], shown(d["reason"])), []).append(name)
     style = {"cpu": "red", "lower": "green", "expand": "cyan", "ep_equivalent": "green"}
+    text = Text()
+    text.append("decisions about the nodes the EP cannot run", style="italic")
     for (op, decision, reason), nodes in sorted(groups.items(), key=lambda g: -len(g[1])):
-        shown = ", ".join(nodes[:_MAX_NODE_NAMES]) + (
+        shown_nodes = ", ".join(nodes[:_MAX_NODE_NAMES]) + (
             ", ..." if len(nodes) > _MAX_NODE_NAMES else ""
         )
-        table.add_row(
-            str(len(nodes)), op, Text(decision, style=style.get(decision, "")), shown, reason
+        head = f"{len(nodes)} x {op}: {decision}"
+        text.append(f"\n  {len(nodes)} x {op}: ")
+        text.append(decision, style=style.get(decision, ""))
+        example = textwrap.wrap(
+            f"{head} (e.g. {shown_nodes})",
+            width=max(width - 2, 40),
+            subsequent_indent="    ",
+            break_long_words=False,
+            break_on_hyphens=False,
         )
-    return table
+        text.append(example[0][len(head) :])
+        for line in example[1:]:
+            text.append("\n  " + line)
+        wrapped = textwrap.wrap(
+            _unbroken_lists(reason),
+            width=max(width - 6, 40),
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        for line in wrapped:
+            text.append("\n      " + line.replace(_NBSP, " "))
+    return text
+
+
+def _runs(report: dict[str, Any]) -> list[Text]:
+    runs = report.get("runs")
+    if not runs:
+        return []
+    dims = ", ".join(f"{k}={v}" for k, v in sorted(runs["dims"].items()))
+    at = f" ({dims})" if dims else ""
+    given = runs["input"]
+    if given["ok"]:
+        return [Text(f"runs on ORT's CPU EP as given{at}: yes")]
+    lines = [
+        Text(
+            f"the model as given does not run on ORT's CPU EP{at}: {shown(given['error'])}",
+            style="red",
+        )
+    ]
+    repaired = [c for c in runs["candidates"] if c["ok"]]
+    failed = [c for c in runs["candidates"] if not c["ok"]]
+    chosen = report["chosen"]
+
+    def name(c: dict[str, Any]) -> str:
+        mark = (
+            " (chosen)"
+            if (c["opset"], c["legalized"]) == (chosen["opset"], chosen["legalized"])
+            else ""
+        )
+        return f"opset {c['opset']}{' legalized' if c['legalized'] else ''}{mark}"
+
+    if repaired:
+        lines.append(
+            Text(
+                "these candidates run (the lowering repairs it): "
+                + ", ".join(name(c) for c in repaired),
+                style="green",
+            )
+        )
+    if failed:
+        lines.append(Text("these fail too: " + ", ".join(name(c) for c in failed)))
+    return lines
 
 
 def render_report(
-    report: dict[str, Any], *, model_name: str | None = None, show_all: bool = False
+    report: dict[str, Any],
+    *,
+    model_name: str | None = None,
+    show_all: bool = False,
+    width: int = WIDTH,
 ) -> RenderableType:
     """The text report of :func:`placement_report`'s dict, as one rich renderable."""
-    parts: list[RenderableType] = [Text(_verdict(report, model_name), style="bold")]
+    # The verdict stays one line (scripts and people grep it), whatever the width.
+    line = Text(shown(_verdict(report, model_name)), style="bold", no_wrap=True, overflow="ignore")
+    parts: list[RenderableType] = [line]
     if report.get("ort_version_assumed"):
         parts.append(
             Text(
@@ -370,12 +511,13 @@ def render_report(
                 style="yellow",
             )
         )
+    parts += _runs(report)
     ops_in_model = collections.Counter(
         (n["op_type"], n["domain"]) for n in report["before"]["nodes"]
     )
     carried = {op: count for (op, domain), count in ops_in_model.items() if ort_only(op, domain)}
     if carried:
-        ops = ", ".join(f"{op} x{count}" for op, count in sorted(carried.items()))
+        ops = ", ".join(f"{shown(op)} x{count}" for op, count in sorted(carried.items()))
         parts.append(
             Text(
                 f"note: carried unchanged, placed by the kernel table: {ops} "
@@ -384,7 +526,7 @@ def render_report(
         )
     parts.append(_candidates(report))
     if report.get("blocked"):
-        lines = str(report["blocked"]).splitlines()
+        lines = shown_lines(report["blocked"]).splitlines()
         parts.append(Text(f"lower opsets are out of reach: {lines[0]}"))
         for line in lines[1 : 1 + _MAX_BLOCKED_LINES]:
             parts.append(Text(f"  {line.strip()}", no_wrap=True, overflow="ellipsis"))
@@ -394,7 +536,7 @@ def render_report(
     if lowest > MIN_TARGET_OPSET and min(c["opset"] for c in report["candidates"]) == lowest:
         parts.append(Text(f"opsets below {lowest} were not weighed (--lowest-opset {lowest})"))
     parts.append(_op_table(report, show_all))
-    decisions = _decisions(report)
+    decisions = _decisions(report, width)
     if decisions is not None:
         parts.append(decisions)
     return Group(*parts)
@@ -407,18 +549,21 @@ def print_report(
     show_all: bool = False,
     file: IO[str] | None = None,
 ) -> None:
-    """Print the text report to ``file`` (stdout), in colour when it is a terminal."""
+    """Print the text report to ``file`` (stdout), in colour when it is a terminal, at
+    :data:`WIDTH` columns (or the terminal's, when narrower)."""
     out = file or sys.stdout
-    terminal = out.isatty()
-    console = Console(file=out, width=None if terminal else 160, highlight=False)
-    console.print(render_report(report, model_name=model_name, show_all=show_all))
+    console = Console(file=out, highlight=False)
+    width = min(console.width, WIDTH) if out.isatty() else WIDTH
+    console = Console(file=out, width=width, highlight=False)
+    rendered = render_report(report, model_name=model_name, show_all=show_all, width=width)
+    console.print(rendered, crop=False)
 
 
 def format_report(
     report: dict[str, Any], *, model_name: str | None = None, show_all: bool = False
 ) -> str:
-    """The text report as plain text (no colour)."""
+    """The text report as plain text (no colour), :data:`WIDTH` columns wide."""
     buffer = io.StringIO()
-    console = Console(file=buffer, width=160, color_system=None, highlight=False)
-    console.print(render_report(report, model_name=model_name, show_all=show_all))
+    console = Console(file=buffer, width=WIDTH, color_system=None, highlight=False)
+    console.print(render_report(report, model_name=model_name, show_all=show_all), crop=False)
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()).strip("\n")
