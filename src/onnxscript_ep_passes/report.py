@@ -500,8 +500,10 @@ def render_report(
 ) -> RenderableType:
     """The text report of :func:`placement_report`'s dict, as one rich renderable."""
     # The verdict stays one line (scripts and people grep it), whatever the width.
-    line = Text(shown(_verdict(report, model_name)), style="bold", no_wrap=True, overflow="ignore")
-    parts: list[RenderableType] = [line]
+    verdict_line = Text(
+        shown(_verdict(report, model_name)), style="bold", no_wrap=True, overflow="ignore"
+    )
+    parts: list[RenderableType] = [verdict_line]
     if report.get("ort_version_assumed"):
         parts.append(
             Text(

@@ -1,0 +1,55 @@
+"""``report`` says when the model as given does not run, and which candidate repairs it,
+from real ORT sessions (issue 25, item 6)."""
+
+from __future__ import annotations
+
+import jsonschema
+import onnx_ir as ir
+import pytest
+
+from onnxscript_ep_passes.report import format_report, placement_report, report_schema
+from tests.harness import reshape_chain
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+]
+
+
+def test_a_model_that_runs_is_run_once() -> None:
+    model = ir.from_proto(reshape_chain(24, 2))
+    report = placement_report(model, "cuda", ort_version="1.24", check_runs=True)
+    jsonschema.validate(report, report_schema())
+    runs = report["runs"]
+    assert runs["input"] == {"ok": True, "error": None} and runs["candidates"] == []
+    assert "runs on ORT's CPU EP as given" in format_report(report)
+    unchecked = placement_report(model, "cuda", ort_version="1.24")
+    assert unchecked["runs"] is None
+
+
+@pytest.mark.torch
+def test_opset23_rotary_export_fails_as_given_and_its_lowering_runs() -> None:
+    from tests.torch_models import llm_export
+
+    proto = llm_export("llama", 23)  # torch 2.13: RotaryEmbedding-23, dynamic batch
+    assert any(n.op_type == "RotaryEmbedding" for n in proto.graph.node)
+    model = ir.from_proto(proto)
+    report = placement_report(
+        model, "cuda", ort_version="1.24", check_runs=True, model_name="llama23.onnx"
+    )
+    jsonschema.validate(report, report_schema())
+    runs = report["runs"]
+    assert runs["dims"]["batch"] == 2
+    assert not runs["input"]["ok"]
+    assert (
+        "'cos_cache' and 'sin_cache' are expected to have the same shape" in runs["input"]["error"]
+    )
+    by_opset = {(c["opset"], c["legalized"]): c for c in runs["candidates"]}
+    # Opset 22 and below expand RotaryEmbedding through its ONNX function body: they run.
+    assert by_opset[(21, False)]["ok"] and by_opset[(22, False)]["ok"], by_opset
+    chosen = report["chosen"]
+    assert by_opset[(chosen["opset"], chosen["legalized"])]["ok"]
+    text = format_report(report)
+    assert "the model as given does not run on ORT's CPU EP (batch=2" in text
+    repaired = text.split("these candidates run", 1)[1].split("candidates (predicted")[0]
+    assert "(chosen)" in repaired, text
