@@ -3,10 +3,15 @@ from real ORT sessions (issue 25, item 6)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import jsonschema
 import onnx_ir as ir
 import pytest
 
+from onnxscript_ep_passes.model_io import load_model
 from onnxscript_ep_passes.report import format_report, placement_report, report_schema
 from tests.harness import reshape_chain
 
@@ -25,6 +30,17 @@ def test_a_model_that_runs_is_run_once() -> None:
     assert "runs on ORT's CPU EP as given" in format_report(report)
     unchecked = placement_report(model, "cuda", ort_version="1.24")
     assert unchecked["runs"] is None
+
+
+def test_weights_in_an_external_data_file_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "example.onnx"
+    script = Path(__file__).resolve().parents[1] / "examples" / "make_example_model.py"
+    subprocess.run([sys.executable, str(script), str(path)], check=True, capture_output=True)
+    model = load_model(path)  # as the command line reads it: weights stay in example.onnx.data
+    report = placement_report(model, "cuda", ort_version="1.24", check_runs=True)
+    assert report["runs"]["input"] == {"ok": True, "error": None}, report["runs"]
+    initializer = model.graph.initializers["wq"].const_value
+    assert isinstance(initializer, ir.ExternalTensor)  # the caller's model is not loaded
 
 
 @pytest.mark.torch

@@ -15,6 +15,8 @@ runs. :func:`run_check` finds out by creating real sessions. Rules:
   writes) are built on copies (the caller's model is not changed) and run the same way;
   the result lists which run and which fail, with the error's first line.
 - ORT's own log lines for these sessions are silenced: the report states the outcome.
+- Weights in external data files are read into a copy for the session (the session is
+  made from bytes, which reads no data file); the caller's model keeps its lazy tensors.
 """
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ def _runs(model: ir.Model, dims: DimSizes) -> str | None:
     from onnxscript_ep_passes.ep.measure import generate_inputs
 
     try:
-        proto = ir.to_proto(model)
+        # A session made from bytes reads no external data file: a copy holds the weights.
+        in_memory = ir.external_data.load_to_model(model.clone())
+        proto = ir.to_proto(in_memory)
         feeds = generate_inputs(proto, dims)
         options = ort.SessionOptions()
         options.log_severity_level = 4  # the report says what failed
