@@ -10,7 +10,9 @@
      "objective": {"kind": "estimate" | "measured", "dims": {name: size},
                    "rates": {...}},
      "candidates": [{"opset", "legalized",
-                     "predicted": {"memcpy", "memcpy_bytes", "fallback_nodes", "cost"},
+                     "changes": {"relabelled", "nodes_replaced", "expanded_for_ep"},
+                     "predicted": {"memcpy", "memcpy_bytes", "cpu_flops", "fallback_nodes",
+                                   "cost"},
                      "measured": {"memcpy", "cpu_nodes", "latency_ms"} | null}],
      "chosen": {"opset", "legalized"},
      "blocked": why no lower opset was reachable, or null,
@@ -18,15 +20,21 @@
                      the caller set with ``--lowest-opset``),
      "decisions": [{"node", "op_type", "domain", "since_version", "opset",
                     "decision": "lower" | "ep_equivalent" | "expand" | "cpu", "reason"}],
-     "before": {"opset", "memcpy", "fallback", "nodes": [{"name", "op_type", "domain",
-                "since_version", "placement": "ep" | "cpu", "reason",
-                "shape_computation", "inserted_by_ort"}]},
+     "before": {"opset", "memcpy", "memcpy_bytes", "cpu_flops", "fallback", "falls_back",
+                "shape_math", "nodes": [{"name", "op_type", "domain", "since_version",
+                "placement": "ep" | "cpu", "reason", "shape_computation", "shape_math",
+                "inserted_by_ort", "done"}]},
      "after": {same keys},
      "runs": null, or whether the model as given runs in a real session and, when it
              does not, which candidates do (:mod:`~onnxscript_ep_passes.run_check`)}
 
 ``candidates`` lists every candidate evaluated, plain lowerings and legalized variants,
-highest opset first, plain before legalized. ``predicted.cost`` is the EP objective's
+highest opset first, plain before legalized; ``changes`` says what each does to the model
+(its opset import lowered, the model's nodes it replaces, those legalization expands). In
+``before`` each node's ``done`` says what the chosen candidate does to it
+(:meth:`~onnxscript_ep_passes.passes.lower_for_ep.EpLoweringChoice.done_to`; null in
+``after``). ``falls_back`` and ``shape_math`` split the nodes on CPU as the verdict does
+(:mod:`~onnxscript_ep_passes.verdict`). ``predicted.cost`` is the EP objective's
 estimate in microseconds (:mod:`~onnxscript_ep_passes.ep.cost`), ``memcpy_bytes``
 what the predicted Memcpy nodes move per run with the symbolic dimensions sized as
 ``objective.dims`` says; ``measured`` is null unless the candidate was measured in a real
@@ -42,19 +50,23 @@ snapshot (the prediction is for a release the user may not run).
 The text form (:func:`format_report`, :func:`print_report`, rendered with rich) reads
 top-down:
 
-1. the verdict line (:mod:`~onnxscript_ep_passes.verdict`), a note when the ORT
-   release is assumed, and one when ORT's own default-domain ops (which ONNX does not
-   define, e.g. SimplifiedLayerNormalization) are carried through unchanged;
-2. the candidates table: each opset reached, with its predicted cost, the chosen one
-   marked;
+1. the verdict line (:mod:`~onnxscript_ep_passes.verdict`; one line, never wrapped), a
+   note when the ORT release is assumed, whether the model runs as given (and which
+   candidates do when it does not), and a note when ORT's own default-domain ops (which
+   ONNX does not define, e.g. SimplifiedLayerNormalization) are carried through unchanged;
+2. the candidates table: each opset reached, with its predicted Memcpy, bytes, CPU work,
+   fallbacks and cost, what it does to the model, the chosen one marked ``*``;
 3. why no lower opset was reachable, when one was not (the first offending nodes), or
    that the caller's ``lowest_opset`` bounded the search;
 4. the per-op table, before and after, of the ops whose placement changes (every op with
    ``show_all``);
 5. the decisions about nodes the EP cannot run, grouped by (op, decision, reason) with a
-   count and a few node names.
+   count and a few node names, the reason wrapped below with no parenthesised kernel list
+   broken.
 
-Colour is used only when the output is a terminal (rich's detection; ``NO_COLOR`` is
+The text is :data:`WIDTH` (100) columns wide (a narrower terminal's width wins); counts
+are written as numbers, 0 included; the model's strings are shown with control characters
+escaped (:func:`~onnxscript_ep_passes.display.shown`). Colour is used only when the output is a terminal (rich's detection; ``NO_COLOR`` is
 honoured).
 """
 
@@ -93,7 +105,7 @@ from onnxscript_ep_passes.ep import cost
 from onnxscript_ep_passes.ep.cost import PlacementCost
 from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
-from onnxscript_ep_passes.ep.placement import PlacementPrediction
+from onnxscript_ep_passes.ep.placement import NodePlacement, PlacementPrediction
 from onnxscript_ep_passes.ep.table_source import resolve_table
 from onnxscript_ep_passes.lowering.lower_opset import MIN_TARGET_OPSET
 from onnxscript_ep_passes.lowering.ort_kernels import ort_only
@@ -120,8 +132,21 @@ def report_schema() -> dict[str, Any]:
     return package_schema("report.schema.json")
 
 
-def _side(opset: int, prediction: PlacementPrediction, cost: PlacementCost) -> dict[str, Any]:
+def _side(
+    opset: int,
+    prediction: PlacementPrediction,
+    cost: PlacementCost,
+    choice: EpLoweringChoice | None = None,
+) -> dict[str, Any]:
+    """One side of the report; with ``choice`` (the model as given), each node says what
+    the chosen candidate does to it (``done``)."""
     figures = Figures.of(prediction, cost)
+
+    def done(n: NodePlacement) -> str | None:
+        if choice is None or n.node is None or n.inserted_by_ort:
+            return None
+        return choice.done_to(n.node)
+
     return {
         "opset": opset,
         "memcpy": prediction.memcpy,
@@ -141,6 +166,7 @@ def _side(opset: int, prediction: PlacementPrediction, cost: PlacementCost) -> d
                 "shape_computation": n.is_shape_computation,
                 "shape_math": n.is_shape_math,
                 "inserted_by_ort": n.inserted_by_ort,
+                "done": done(n),
             }
             for n in prediction.nodes
         ],
@@ -210,7 +236,9 @@ def choice_report(
         "blocked": None if choice.blocked is None else str(choice.blocked),
         "lowest_opset": choice.lowest_opset,
         "decisions": [d.to_dict() for d in choice.decisions],
-        "before": _side(choice.source_opset, choice.before, choice.costs[choice.source_opset]),
+        "before": _side(
+            choice.source_opset, choice.before, choice.costs[choice.source_opset], choice
+        ),
         "after": _side(choice.chosen_opset, choice.after, choice.after_cost),
         "runs": None,
     }

@@ -21,9 +21,11 @@ Rules the pass follows:
 4. An explicit ``target_opset`` overrides the choice (and is refused as usual when the
    model cannot reach it).
 5. It logs one INFO line per run (the choice's summary and, when the model changes, the
-   ORT tracking issue) and one WARNING counting the nodes still predicted to fall back,
-   per op, version and reason. Per-node lines (decisions) are DEBUG. On a terminal, a
-   progress bar runs over the candidate opsets and legalization trials.
+   ORT tracking issue) and one DEBUG line counting the nodes still predicted on CPU, per
+   op, version, reason and whether they are shape math (the result is not a fault: no
+   WARNING). Per-node lines (decisions) are DEBUG. Model strings are escaped
+   (:func:`~onnxscript_ep_passes.display.shown`). On a terminal, a progress bar runs over
+   the candidate opsets and legalization trials.
 6. **Legalization** (``legalize=True``, the default): no opset choice helps a node whose op
    the EP has no kernel for at any version. So each candidate opset also gets a legalized
    variant (:mod:`.legalize`): the working copy at that opset, whose nodes built by the
@@ -137,6 +139,8 @@ class EpLoweringChoice:
             caller's bound).
         replaced: Per ``(opset, legalized)`` candidate, the model's nodes it replaces:
             rewritten or expanded by the lowering's adapters, or expanded by legalization.
+        replaced_nodes, expanded_nodes: The model's nodes the chosen candidate replaces by
+            the lowering's adapters, and those legalization expands for the EP.
     """
 
     ep: str
@@ -157,6 +161,21 @@ class EpLoweringChoice:
     ort_version_assumed: bool = False
     lowest_opset: int = MIN_TARGET_OPSET
     replaced: dict[tuple[int, bool], int] = dataclasses.field(default_factory=dict)
+    replaced_nodes: frozenset[ir.Node] = frozenset()
+    expanded_nodes: frozenset[ir.Node] = frozenset()
+
+    def done_to(self, node: ir.Node) -> str:
+        """What the chosen candidate does to the model's ``node``: ``"expanded_for_ep"``
+        (legalization), ``"replaced"`` (rewritten or expanded by the lowering's adapters),
+        ``"relabelled"`` (a default-domain node that resolves at the lower opset, its
+        attributes possibly edited) or ``"kept"``."""
+        if node in self.expanded_nodes:
+            return "expanded_for_ep"
+        if node in self.replaced_nodes:
+            return "replaced"
+        if self.chosen_opset < self.source_opset and node.domain in ("", "ai.onnx"):
+            return "relabelled"
+        return "kept"
 
     @property
     def before(self) -> PlacementPrediction:
@@ -296,6 +315,8 @@ def _search(
             (c.opset, c.legalized): c.rank.replaced
             for c in [*search.plain.values(), *search.legalized.values()]
         },
+        replaced_nodes=chosen.replaced_nodes,
+        expanded_nodes=chosen.expanded_nodes,
     )
     return choice, search.model_of(model, chosen) if chosen.legalized else None, search
 
@@ -466,7 +487,7 @@ def _log(model: ir.Model, ep: str, choice: EpLoweringChoice) -> None:
         )
     else:  # no tracking link: nothing was worked around
         logger.info("Model '%s': nothing to do: %s", name, choice.summary())
-    cpu = [n for n in choice.after.cpu_nodes]
+    cpu = choice.after.cpu_nodes
     if cpu:
         groups = collections.Counter(
             (n.op_type, n.since_version, n.reason, n.is_shape_math) for n in cpu
