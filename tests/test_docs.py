@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +29,7 @@ import onnx
 import pytest
 
 from onnxscript_ep_passes.report import report_schema
+from tests.harness import checkout_like, fenced_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -40,11 +40,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
     pytest.mark.filterwarnings("ignore::UserWarning"),
 ]
-
-
-def fenced_blocks(path: Path) -> list[tuple[str, str]]:
-    """``(language, code)`` of each fenced block of a Markdown file, in order."""
-    return re.findall(r"^```(\w*)\n(.*?)^```", path.read_text(), flags=re.S | re.M)
 
 
 def _indented_blocks(path: Path) -> list[str]:
@@ -111,18 +106,6 @@ def _run_page(page: Path, cwd: Path) -> dict[str, int]:
     return ran
 
 
-def _checkout_like(tmp_path: Path) -> Path:
-    (tmp_path / ".venv").symlink_to(Path(sys.prefix))
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
-    subprocess.run(
-        [sys.executable, "examples/make_example_model.py", "out/example.onnx"],
-        cwd=tmp_path,
-        check=True,
-        capture_output=True,
-    )
-    return tmp_path
-
-
 def test_every_page_is_covered_and_has_no_indented_code() -> None:
     pages = {p.name for p in DOCS.glob("*.md")}
     tested = {"lowering.md", "ep.md", "olive.md"}
@@ -133,7 +116,7 @@ def test_every_page_is_covered_and_has_no_indented_code() -> None:
 
 
 def test_lowering_md_runs(tmp_path: Path) -> None:
-    ran = _run_page(DOCS / "lowering.md", _checkout_like(tmp_path))
+    ran = _run_page(DOCS / "lowering.md", checkout_like(tmp_path))
     assert ran["python"] == 1, ran
 
 
@@ -142,7 +125,7 @@ def test_ep_md_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch", reason="docs/ep.md exports with torch")
     from tests.torch_models import llm_export
 
-    cwd = _checkout_like(tmp_path)
+    cwd = checkout_like(tmp_path)
     onnx.save(llm_export("llama", 24), cwd / "model.onnx")
     ran = _run_page(DOCS / "ep.md", cwd)
     assert ran == {"python": 1, "bash": 1, "json": 1}, ran
@@ -153,7 +136,7 @@ def test_ep_md_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_olive_md_runs(tmp_path: Path) -> None:
     pytest.importorskip("olive", reason="docs/olive.md needs olive-ai (the olive extra)")
-    cwd = _checkout_like(tmp_path)
+    cwd = checkout_like(tmp_path)
     for name in ("example.onnx", "example.onnx.data"):
         shutil.copy(cwd / "out" / name, cwd / name.replace("example", "model"))
     model = onnx.load(cwd / "model.onnx", load_external_data=False)

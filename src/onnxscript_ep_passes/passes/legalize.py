@@ -61,6 +61,7 @@ import onnx_ir as ir
 
 from onnxscript_ep_passes._checkpoint import EditLog, checkpoint
 from onnxscript_ep_passes._collector import collect_young
+from onnxscript_ep_passes.display import shown
 from onnxscript_ep_passes.ep.cost import PlacementCost, placement_cost
 from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
@@ -371,7 +372,7 @@ def legalize(
     if search.expanded or search.widened:  # in an EP search, the EP pass logs the summary
         logger.debug(
             "Legalized '%s' for %s at opset %d: expanded %d nodes (%s); predicted %s -> %s",
-            model.graph.name,
+            shown(model.graph.name),
             table.ep,
             opset,
             len(search.expanded),
@@ -491,7 +492,7 @@ class LegalizeForEpPass(ir.passes.InPlacePass):
             raise
         logger.info(
             "Legalized '%s' for %s at opset %d: %d nodes expanded",
-            model.graph.name,
+            shown(model.graph.name),
             table.ep,
             result.opset,
             len(result.expanded),

@@ -475,31 +475,25 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
 
 
 def _log(model: ir.Model, ep: str, choice: EpLoweringChoice) -> None:
-    for decision in choice.decisions:  # one line per node: DEBUG (rule 5)
-        logger.debug("'%s' on %s: %s", shown(model.graph.name), ep, decision)
     name = shown(model.graph.name)
+    for decision in choice.decisions:  # one line per node: DEBUG (rule 5)
+        logger.debug("'%s' on %s: %s", name, ep, shown(decision))
     if choice.changes_model:
         logger.info(
             "Model '%s': %s. Track when this workaround can go: %s",
-            name,
-            choice.summary(),
-            ORT_TRACKING_ISSUE,
+            *(name, choice.summary(), ORT_TRACKING_ISSUE),
         )
     else:  # no tracking link: nothing was worked around
         logger.info("Model '%s': nothing to do: %s", name, choice.summary())
-    cpu = choice.after.cpu_nodes
-    if cpu:
-        groups = collections.Counter(
-            (n.op_type, n.since_version, n.reason, n.is_shape_math) for n in cpu
-        )
+    groups = collections.Counter(
+        (n.op_type, n.since_version, n.reason, n.is_shape_math) for n in choice.after.cpu_nodes
+    )
+    lines = [
+        f"  - {count} x {shown(op)}-{version}{' (shape math)' if math else ''}: {shown(why)}"
+        for (op, version, why, math), count in groups.most_common()
+    ]
+    if lines:
         logger.debug(
             "%d nodes of '%s' are predicted on CPU on %s:\n%s",
-            len(cpu),
-            name,
-            ep,
-            "\n".join(
-                f"  - {count} x {shown(op)}-{version}"
-                f"{' (shape math)' if math else ''}: {shown(reason)}"
-                for (op, version, reason, math), count in groups.most_common()
-            ),
+            *(groups.total(), name, ep, "\n".join(lines)),
         )

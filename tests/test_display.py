@@ -1,4 +1,4 @@
-"""Terminal escapes in a stranger's model never reach the terminal (issue 24, item 6).
+"""display.shown: terminal escapes in a stranger's model never reach the terminal.
 
 Node, graph, function, domain and value names carry ESC, BEL, CSI, OSC and C1 control
 characters. Through ``lower`` (its refusal, its verdict, its logs at ``-v``), ``report``
