@@ -27,6 +27,7 @@ def test_a_model_that_runs_is_run_once() -> None:
     jsonschema.validate(report, report_schema())
     runs = report["runs"]
     assert runs["input"] == {"ok": True, "error": None} and runs["candidates"] == []
+    assert runs["skipped"] is None
     assert "runs on ORT's CPU EP as given" in format_report(report)
     unchecked = placement_report(model, "cuda", ort_version="1.24")
     assert unchecked["runs"] is None
@@ -69,3 +70,16 @@ def test_opset23_rotary_export_fails_as_given_and_its_lowering_runs() -> None:
     assert "the model as given does not run on ORT's CPU EP (batch=2" in text
     repaired = text.split("these candidates run", 1)[1].split("candidates (predicted")[0]
     assert "(chosen)" in repaired, text
+
+
+def test_a_model_with_large_weights_is_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    from onnxscript_ep_passes import run_check
+
+    monkeypatch.setattr(run_check, "MAX_WEIGHT_BYTES", 8)  # the chain's shape is 16 bytes
+    model = ir.from_proto(reshape_chain(24, 2))
+    report = placement_report(model, "cuda", ort_version="1.24", check_runs=True)
+    jsonschema.validate(report, report_schema())
+    runs = report["runs"]
+    assert runs["input"] == {"ok": None, "error": None} and runs["candidates"] == []
+    assert runs["skipped"] == "not run: the weights are 16 B (over 8 B; --no-run skips this check)"
+    assert runs["skipped"] in format_report(report)

@@ -239,6 +239,8 @@ def _runs(report: dict[str, Any]) -> list[Text]:
     dims = ", ".join(f"{k}={v}" for k, v in sorted(runs["dims"].items()))
     at = f" ({dims})" if dims else ""
     given = runs["input"]
+    if runs.get("skipped"):
+        return [Text(shown(runs["skipped"]))]
     if given["ok"]:
         return [Text(f"runs on ORT's CPU EP as given{at}: yes")]
     lines = [

@@ -14,6 +14,8 @@ runs. :func:`run_check` finds out by creating real sessions. Rules:
   candidate opset below the model's and the chosen candidate (the model ``lower --ep``
   writes) are built on copies (the caller's model is not changed) and run the same way;
   the result lists which run and which fail, with the error's first line.
+- A model whose weights exceed :data:`MAX_WEIGHT_BYTES` (2 GB) is not run (its report
+  would hold a whole inference): ``skipped`` says so and ``input.ok`` is null.
 - ORT's own log lines for these sessions are silenced: the report states the outcome.
 - Weights in external data files are read into a copy for the session (the session is
   made from bytes, which reads no data file); the caller's model keeps its lazy tensors.
@@ -21,7 +23,7 @@ runs. :func:`run_check` finds out by creating real sessions. Rules:
 
 from __future__ import annotations
 
-__all__ = ["CHECK_EP", "run_check"]
+__all__ = ["CHECK_EP", "MAX_WEIGHT_BYTES", "run_check"]
 
 from typing import Any
 
@@ -29,8 +31,10 @@ import onnx_ir as ir
 
 from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
+from onnxscript_ep_passes.verdict import quantity
 
 CHECK_EP = "CPUExecutionProvider"
+MAX_WEIGHT_BYTES = 2_000_000_000
 _MIN_BATCH = 2
 
 
@@ -72,14 +76,18 @@ def run_check(
     from onnxscript_ep_passes.passes.lower_for_ep import LowerOpsetForEpPass
 
     dims = _dims_for_check(dict(report["objective"]["dims"]))
+    result: dict[str, Any] = {"ep": CHECK_EP, "dims": dims, "skipped": None, "candidates": []}
+    weights = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value)
+    if weights > MAX_WEIGHT_BYTES:
+        result["skipped"] = (
+            f"not run: the weights are {quantity(weights, 'B')} "
+            f"(over {quantity(MAX_WEIGHT_BYTES, 'B')}; --no-run skips this check)"
+        )
+        result["input"] = {"ok": None, "error": None}
+        return result
     sizes = DimSizes(dims)
     error = _runs(model, sizes)
-    result: dict[str, Any] = {
-        "ep": CHECK_EP,
-        "dims": dims,
-        "input": {"ok": error is None, "error": error},
-        "candidates": [],
-    }
+    result["input"] = {"ok": error is None, "error": error}
     if error is None:
         return result
     source = report["before"]["opset"]
