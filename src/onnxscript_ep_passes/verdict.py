@@ -5,10 +5,12 @@ Rules:
 - One line, leading with what the user pays: the Memcpy nodes and the bytes they move per
   run, then the compute left on the CPU, then the nodes on CPU by kind::
 
-      opset 24 -> 21 on WebGPU (ORT 1.32, live table): Memcpy 23 -> 3 (582.3 kB -> 17.0 kB
-      per run), CPU compute 8.4 MFLOP -> 0; fall back 4 -> 0, shape math on CPU 29 -> 43
+      opset 24 -> 21 (4 nodes expanded) on WebGPU (ORT 1.32.0, live table): Memcpy 23 -> 3
+      (582.3 kB -> 17.0 kB per run), CPU compute 18.1 MFLOP -> 18.4 kFLOP; fall back 7 -> 1,
+      shape math on CPU 26 -> 42
 
-  (one line; wrapped here). "fall back" counts the nodes on CPU because the EP has no
+  (one line, wrapped here: the tiny dynamic-shape Llama of ``tests/torch_models.py`` as
+  torch 2.13 exports it at opset 24). "fall back" counts the nodes on CPU because the EP has no
   kernel for them and that compute on real data; "shape math on CPU" counts the nodes that
   only handle integer or bool tensors (the int64 ``Shape -> Gather -> Concat`` arithmetic
   of dynamic shapes, masks): ORT keeps them on CPU on purpose (CUDA's CPU preference), or

@@ -206,8 +206,8 @@ class EpLoweringChoice:
 
     def summary(self, model: str | None = None) -> str:
         """The verdict line, e.g. ``opset 24 -> 21 on WebGPU (ORT 1.32, live table):
-        Memcpy 23 -> 3 (582.3 kB -> 17.0 kB per run), CPU compute 8.4 MFLOP -> 0; fall back
-        4 -> 0, shape math on CPU 29 -> 43`` (:func:`~onnxscript_ep_passes.verdict.verdict`);
+        Memcpy 23 -> 3 (582.3 kB -> 17.0 kB per run), CPU compute 18.1 MFLOP -> 18.4 kFLOP;
+        fall back 7 -> 1, shape math on CPU 26 -> 42`` (:mod:`~onnxscript_ep_passes.verdict`);
         ``model`` prefixes it with the model's name."""
         return verdict(
             ep=self.ep,
