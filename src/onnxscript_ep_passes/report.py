@@ -165,6 +165,8 @@ def _candidate_rows(choice: EpLoweringChoice) -> list[dict[str, Any]]:
             estimate = costs[opset]
             measured = choice.measured.get((opset, legalized))
             expanded = len(choice.plan.get(opset, ())) if legalized else 0
+            predictions = choice.legalized_predictions if legalized else choice.predictions
+            figures = Figures.of(predictions[opset], estimate)
             rows.append(
                 {
                     "opset": opset,
@@ -179,6 +181,8 @@ def _candidate_rows(choice: EpLoweringChoice) -> list[dict[str, Any]]:
                         "memcpy_bytes": estimate.memcpy_bytes,
                         "cpu_flops": estimate.cpu_flops,
                         "fallback_nodes": estimate.fallback_nodes,
+                        "falls_back": figures.falls_back,
+                        "shape_math": figures.shape_math,
                         "cost": estimate.cost,
                     },
                     "measured": None if measured is None else measured.to_dict(),

@@ -105,26 +105,25 @@ def _candidates(report: dict[str, Any]) -> Table:
         padding=(0, 1),
         pad_edge=False,
     )
-    table.add_column("", width=1)
     table.add_column("opset", justify="right")
-    for name in ("Memcpy", "moved", "CPU work", "fallback", "est. us"):
+    for name in ("Memcpy", "moved", "CPU work", "fall\nback", "shape\nmath", "est. us"):
         table.add_column(name, justify="right")
     measured = any(c["measured"] for c in report["candidates"])
     if measured:
         for name in ("measured\nMemcpy", "measured\nms"):
             table.add_column(name, justify="right")
-    table.add_column("changes (* chosen)")
+    table.add_column("changes (* chosen)", no_wrap=True)
     chosen = report["chosen"]
     for c in report["candidates"]:
         p, m = c["predicted"], c["measured"]
         is_chosen = c["opset"] == chosen["opset"] and c["legalized"] == chosen["legalized"]
         row = [
-            "*" if is_chosen else "",
-            f"{c['opset']}{' legalized' if c['legalized'] else ''}",
+            f"{'* ' if is_chosen else ''}{c['opset']}{' legalized' if c['legalized'] else ''}",
             str(p["memcpy"]),
             quantity(p["memcpy_bytes"], "B"),
             quantity(p.get("cpu_flops", 0.0), "FLOP"),
-            str(p["fallback_nodes"]),
+            str(p.get("falls_back", p["fallback_nodes"])),
+            str(p.get("shape_math", 0)),
             f"{p['cost']:.1f}",
         ]
         if measured:
