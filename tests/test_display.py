@@ -141,3 +141,24 @@ def test_optimize_escaped(models: dict[str, Path], tmp_path: Path) -> None:
     result = _run(*args, "--ort-version", "1.24", "--no-fuse")
     assert result.returncode == 0, result.stderr
     _assert_escaped(result)
+
+
+def test_an_op_type_and_ort_errors_quoting_it_are_escaped(tmp_path: Path) -> None:
+    """An op with no schema is refused by lower (exit 3) and fails ORT's session, whose
+    error the report quotes: every quote of it is escaped."""
+    node = oh.make_node(f"Op{HOSTILE}", ["x"], ["y"], name=f"bad{HOSTILE}")
+    graph = oh.make_graph(
+        [node],
+        f"g{HOSTILE}",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    path = tmp_path / "op.onnx"
+    onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 24)]), path)
+    refused = _run("lower", str(path), "-o", str(tmp_path / "o.onnx"), "--target-opset", "23")
+    assert refused.returncode == 3
+    assert f"(Op{shown(HOSTILE)}-24" in _assert_escaped(refused)
+    report = _run("report", str(path), "--ep", "cuda", "--ort-version", "1.24")
+    assert report.returncode == 0, report.stderr
+    printed = _assert_escaped(report)
+    assert "does not run on ORT's CPU EP" in printed and f"bad{shown(HOSTILE)}" in printed
