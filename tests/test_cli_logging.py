@@ -108,3 +108,26 @@ def test_native_lines_on_a_terminal_keep_ort_colours_only() -> None:
     assert filter_native_line(line, verbose=False, terminal=False) == (
         "[E:onnxruntime:] name \\x1b[2J"
     )
+
+
+_FLOOD = textwrap.dedent(
+    """
+    import os
+    from onnxscript_ep_passes._cli_logging import native_output
+    with native_output(1):
+        for _ in range(4000):  # far more than a pipe holds
+            os.write(2, b"[E:onnxruntime:] " + b"x" * 100 + b"\\n")
+    print("done")
+    """
+)
+
+
+def test_native_output_survives_a_reader_that_went_away() -> None:
+    """``... 2>&1 | head``: stderr's reader closes early; the command still finishes."""
+    done = subprocess.Popen(
+        [sys.executable, "-c", _FLOOD], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert done.stderr is not None and done.stdout is not None
+    done.stderr.close()
+    out, _ = done.communicate(timeout=60)
+    assert done.returncode == 0 and out == b"done\n"

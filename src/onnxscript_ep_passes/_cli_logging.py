@@ -94,6 +94,7 @@ def configure_logging(verbose: int, quiet: bool) -> None:
 _SGR = re.compile(r"\x1b\[[0-9;]*m")
 _ORT_LINE = re.compile(r"\[([VIWEF]):onnxruntime:")
 _DAWN_WARNING = "Warning: "
+_DRAIN_SECONDS = 10.0
 
 
 def filter_native_line(line: str, *, verbose: bool, terminal: bool) -> str | None:
@@ -132,7 +133,7 @@ def native_output(verbose: int) -> Iterator[None]:
     try:
         sys.stderr.flush()
         saved = os.dup(2)
-    except (OSError, ValueError):  # no fd 2 (embedded interpreters)
+    except (AttributeError, OSError, ValueError):  # no stderr, no fd 2 (embedded)
         yield
         return
     terminal = os.isatty(saved)
@@ -151,10 +152,16 @@ def native_output(verbose: int) -> Iterator[None]:
         if pending:
             emit(pending.decode("utf-8", "replace"), end="")
 
+    broken = False
+
     def emit(line: str, end: str) -> None:
+        nonlocal broken
         kept = filter_native_line(line, verbose=verbose > 0, terminal=terminal)
-        if kept is not None:
-            os.write(saved, (kept + end).encode("utf-8", "replace"))
+        if kept is not None and not broken:
+            try:
+                os.write(saved, (kept + end).encode("utf-8", "replace"))
+            except OSError:  # the reader went away (``2>&1 | head``): keep draining the pipe
+                broken = True
 
     thread = threading.Thread(target=forward, name="native-stderr", daemon=True)
     thread.start()
@@ -166,7 +173,7 @@ def native_output(verbose: int) -> Iterator[None]:
         with contextlib.suppress(Exception):
             sys.stderr.flush()
         os.dup2(saved, 2)  # the pipe's last write end closes: the thread sees its end
-        thread.join()
+        thread.join(timeout=_DRAIN_SECONDS)  # a child still holding the pipe cannot hang us
         _terminal = previous
         real.close()
         os.close(saved)
