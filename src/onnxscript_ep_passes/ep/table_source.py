@@ -6,7 +6,7 @@ Rules:
    (``ep/data/README.md``: tab-separated ``domain op start end [type_constraints]`` with
    that header line, ``inf`` for an open range, ``#`` comments); its EP is the one asked
    for, its ORT version the one named (else the installed one), its source ``file:<path>``.
-2. Otherwise :func:`~onnxscript_ep_passes.ep.kernel_table.get_table`: a live listing when
+2. Otherwise :func:`~onnxscript_ep_passes.ep.table_choice.get_table`: a live listing when
    the EP loads here, else the nearest shipped snapshot.
 3. An EP with neither, when the caller measures (``--measure``): an empty table with
    source :data:`MEASURED_ONLY`. Nothing can be predicted from it, so the pass measures
