@@ -88,11 +88,10 @@ def test_no_import_cycles() -> None:
 def test_the_cycle_check_sees_lazy_imports() -> None:
     """The analysis is not vacuous: a function-level import is an edge."""
     modules = _modules()
-    assert f"{_PACKAGE}.ep.webgpu" in _imports(
-        f"{_PACKAGE}.ep.live_tables", modules[f"{_PACKAGE}.ep.live_tables"], modules
-    )
     lazy = _imports(f"{_PACKAGE}.cli", modules[f"{_PACKAGE}.cli"], modules)
     assert lazy, "cli imports package modules"
+    # cli.py imports the lowering pass inside a nested function only.
+    assert f"{_PACKAGE}.lowering.lower_opset" in lazy
 
 
 def test_no_module_over_500_lines() -> None:
