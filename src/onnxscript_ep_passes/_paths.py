@@ -15,13 +15,23 @@ Rules (``docs/safety.md``, "Paths a command reads and writes"):
   (:func:`check_writable`, an I/O error: exit 1).
 * Once the model is read, no output may be a file its weights are read from
   (:func:`check_not_weights`, exit 1, as for OUT in :mod:`.model_io`).
+* An input file (the model, a kernel table) is read by :func:`read_regular_file`: opened
+  without blocking, then only a regular, non-empty file of at most the caller's limit is
+  read, and never more than that limit.
 """
 
 from __future__ import annotations
 
-__all__ = ["check_not_weights", "check_writable", "path_conflicts", "same_file"]
+__all__ = [
+    "check_not_weights",
+    "check_writable",
+    "path_conflicts",
+    "read_regular_file",
+    "same_file",
+]
 
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -105,3 +115,45 @@ def check_not_weights(writes: Mapping[str, str | None], weights: Iterable[Path])
                 f"refusing to write {option} '{path}': the input's weights are read from "
                 "that file; choose another path"
             )
+
+
+def read_regular_file(
+    path: str | os.PathLike[str],
+    label: str,
+    limit: int,
+    *,
+    kind: str,
+    too_large: str,
+    error: type[ValueError] = ValueError,
+) -> bytes:
+    """The bytes of ``path``, which must be a regular, non-empty file of at most ``limit``
+    bytes; otherwise ``error`` with a one-line message starting with ``label``.
+
+    ``kind`` names what an empty file is not ("an ONNX model"); ``too_large`` ends the
+    message for a file over ``limit`` ("more than one protobuf can hold (2 GiB)"). The
+    file is opened with ``O_NONBLOCK``, so a FIFO without a writer never blocks.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as failure:
+        raise error(f"{label}: cannot read: {failure.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"{label}: not a regular file")
+        if info.st_size == 0:
+            raise error(f"{label}: empty file (0 bytes), not {kind}")
+        if info.st_size > limit:
+            raise error(f"{label}: {info.st_size} bytes, {too_large}")
+        chunks, size = [], 0
+        while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as failure:
+        raise error(f"{label}: cannot read: {failure.strerror}") from None
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise error(f"{label}: grew past {limit} bytes while being read")
+    return b"".join(chunks)

@@ -43,8 +43,7 @@ import signal
 import sys
 import types
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from onnxscript_ep_passes import __version__
 from onnxscript_ep_passes._cli_logging import configure_logging
@@ -63,10 +62,13 @@ from onnxscript_ep_passes.cli_options import (
     ort_version_value,
     path_value,
 )
-from onnxscript_ep_passes.errors import EXIT_BAD_INPUT, EXIT_REFUSED, DowngradeError, one_line
-
-if TYPE_CHECKING:
-    from onnxscript_ep_passes.ep.kernel_table import KernelTable
+from onnxscript_ep_passes.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_REFUSED,
+    DowngradeError,
+    UsageError,
+    one_line,
+)
 
 # Start-up is a large part of a run on small models, so each command imports what it
 # needs when it runs: ``lower --target-opset`` never imports onnxruntime, onnxscript or
@@ -83,10 +85,6 @@ exit status:
   2  usage error (unknown, missing or bad option; paths that would overwrite an input)
   3  the model cannot be lowered exactly: every offending node is listed, OUT is not written
   128+N  interrupted by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP): nothing partial left"""
-
-
-class UsageError(Exception):
-    """A missing or contradictory option: reported with the subcommand's usage, exit 2."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +110,8 @@ class Command:
 
 
 def _lower_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="input .onnx file (external data is read lazily)")
+    model_help = "input .onnx file (external data is read lazily)"
+    parser.add_argument("model", type=path_value, help=model_help)
     parser.add_argument("-o", "--output", required=True, type=path_value, help="output .onnx file")
     parser.add_argument("--target-opset", type=opset_value, help="the ai.onnx opset to lower to")
     parser.add_argument(
@@ -157,117 +156,20 @@ def _lower_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _lower(args: argparse.Namespace) -> int:
-    if args.target_opset is None and args.ep is None:
-        raise UsageError("lower needs --target-opset N or --ep NAME")
-    if args.ep is None and (args.ort_version or args.no_legalize):
-        raise UsageError("--ort-version and --no-legalize need --ep")
-    if args.ep is None and (
-        args.report_json or args.measure or args.kernel_table or args.dims or args.lowest_opset
-    ):
-        raise UsageError(
-            "--report-json, --measure, --kernel-table, --dims and --lowest-opset need --ep"
-        )
-    from onnxscript_ep_passes._paths import check_not_weights
-    from onnxscript_ep_passes.lower_cli import (
-        lower_for_ep,
-        lower_proto,
-        lower_to_opset,
-        model_opset,
-    )
-    from onnxscript_ep_passes.model_io import (
-        check_output_path,
-        data_files,
-        load_graph_proto,
-        model_from_proto,
-        save_model,
-    )
-    from onnxscript_ep_passes.proto_save import early_save, proto_source_file
+    from onnxscript_ep_passes.lower_cli import run
 
-    if problem := lowest_opset_problem(args):
-        raise UsageError(problem)
-    if args.ep is None:
-        from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
-
-        LowerOpsetPass(args.target_opset)  # rejects a target it does not support
-    writes = {"-o": args.output, "--report-json": args.report_json}
-    _check_paths(args, writes)
-    table = _kernel_table(args)
-    name = Path(args.model).name
-    external = {"auto": None, "always": True, "never": False}[args.external_data]
-    proto = load_graph_proto(args.model)
-    data = proto_source_file(proto, args.model, external_data=external, weights=args.weights)
-    if args.ep is None and (
-        fast := lower_proto(proto, data, args.output, args.target_opset, args.model)
-    ):
-        _say(args, f"{name}: {fast}")
-        _say(args, f"wrote {args.output}")
-        return 0
-    # The weights copy starts now and overlaps the work (lower --ep: the whole search).
-    report = None
-    with early_save(proto, args.model, args.output, data) as saving:
-        model = model_from_proto(proto, args.model)
-        del proto
-        if problem := check_output_path(model, args.output, args.weights):
-            raise UsageError(problem)
-        check_not_weights({"--report-json": args.report_json}, data_files(model))
-        source = model_opset(model)
-        with _stdout_to_stderr():
-            if args.ep is None:
-                changed, line = lower_to_opset(model, args.target_opset, source)
-            else:
-                changed, line, report = lower_for_ep(model, args, table)
-        if not changed:
-            _say(args, f"nothing to do: {name}: {line}")
-            if not args.write_unchanged:
-                _write_report(args, report)
-                return 0  # the copy stops and what it staged goes
-        else:
-            _say(args, f"{name}: {line}")
-        if saving is None or not saving.commit_model(model):
-            save_model(model, args.output, external_data=external, weights=args.weights)
-    _write_report(args, report)
-    _say(args, f"wrote {args.output}")
+    with _stdout_to_stderr():
+        lines = run(args)
+    for line in lines:
+        _say(args, line)
     return 0
-
-
-def _check_paths(args: argparse.Namespace, writes: dict[str, str | None]) -> None:
-    """The command's outputs against its inputs and each other (``_paths``), before any
-    file is read: a usage error for a conflict, an I/O error for an output that cannot be
-    created."""
-    from onnxscript_ep_passes._paths import check_writable, path_conflicts
-
-    reads = {"MODEL": args.model, "--kernel-table": getattr(args, "kernel_table", None)}
-    if problem := path_conflicts(reads, writes):
-        raise UsageError(problem)
-    check_writable(writes)
-
-
-def _kernel_table(args: argparse.Namespace) -> KernelTable | None:
-    """The ``--kernel-table`` file, read (and refused when it is unusable) before the model."""
-    if args.kernel_table is None:
-        return None
-    from onnxscript_ep_passes.ep.table_source import read_kernel_table
-
-    return read_kernel_table(args.kernel_table, args.ep, args.ort_version)
-
-
-def _write_report(
-    args: argparse.Namespace, report: dict[str, Any] | None, indent: int | None = None
-) -> None:
-    """Write ``--report-json`` atomically, with at most the model file's permissions."""
-    if report is None or not args.report_json:
-        return
-    from onnxscript_ep_passes._atomic import permission_mask, write_file
-
-    data = (json.dumps(report, indent=indent) + "\n").encode()
-    write_file(Path(args.report_json), data, permission_mask([args.model]))
 
 
 # -- report --------------------------------------------------------------------------
 
 
 def _report_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="input .onnx file")
+    parser.add_argument("model", type=path_value, help="input .onnx file")
     parser.add_argument(
         "--ep", required=True, type=ep_value, help="webgpu, cuda, dml, or an ORT EP name"
     )
@@ -292,13 +194,14 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
 def _report(args: argparse.Namespace) -> int:
     if args.json and args.all:
         raise UsageError("--all applies to the text report; --json always holds every node")
+    from onnxscript_ep_passes.cli_files import read_table
     from onnxscript_ep_passes.ep.dims import parse_dims
     from onnxscript_ep_passes.model_io import load_model
     from onnxscript_ep_passes.report import placement_report, print_report
 
     if problem := lowest_opset_problem(args):
         raise UsageError(problem)
-    table = _kernel_table(args)
+    table = read_table(args)
     model = load_model(args.model)
     with _stdout_to_stderr():
         result = placement_report(
@@ -331,14 +234,14 @@ def _optimize_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _optimize(args: argparse.Namespace) -> int:
+    from onnxscript_ep_passes.cli_files import check_paths
     from onnxscript_ep_passes.optimize_cli import run
 
     if problem := lowest_opset_problem(args):
         raise UsageError(problem)
-    _check_paths(args, {"-o": args.output, "--report-json": args.report_json})
+    check_paths(args, {"-o": args.output, "--report-json": args.report_json})
     with _stdout_to_stderr():
-        lines, report = run(args)
-    _write_report(args, report, indent=1)
+        lines = run(args)
     for line in lines:
         _say(args, line)
     return 0
@@ -520,11 +423,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.run(args))
     except KeyboardInterrupt as error:  # Ctrl-C, SIGTERM, SIGHUP: the clean-up has run
         signum = error.signum if isinstance(error, Interrupted) else signal.SIGINT
-        logger.error(
-            "%s: interrupted by %s; stopped, no partial output left",
-            PROG,
-            signal.Signals(signum).name,
-        )
+        name = signal.Signals(signum).name
+        logger.error("interrupted by %s: stopped, no partial output left", name)
         return 128 + signum
     except UsageError as error:
         args.usage_error(str(error))  # prints the subcommand's usage, exits 2

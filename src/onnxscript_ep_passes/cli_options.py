@@ -30,6 +30,7 @@ __all__ = [
 ]
 
 import argparse
+from collections.abc import Callable
 
 _MIN_OPSET = 18  # lowering.lower_opset.MIN_TARGET_OPSET, not imported: start-up stays light
 
@@ -39,6 +40,15 @@ def _integer(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def _checked(check: Callable[[str], object], text: str) -> str:
+    """``text`` when ``check`` accepts it; its ValueError as the parser's error."""
+    try:
+        check(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
 
 
 def opset_value(text: str) -> int:
@@ -69,11 +79,7 @@ def ep_value(text: str) -> str:
     """An EP alias or ORT name (:func:`~onnxscript_ep_passes.ep.names.canonical_ep_name`)."""
     from onnxscript_ep_passes.ep.names import canonical_ep_name
 
-    try:
-        canonical_ep_name(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return text
+    return _checked(canonical_ep_name, text)
 
 
 def ort_version_value(text: str) -> str:
@@ -99,11 +105,7 @@ def dims_value(text: str) -> str:
     """``NAME=SIZE,...`` as :func:`~onnxscript_ep_passes.ep.dims.parse_dims` reads it."""
     from onnxscript_ep_passes.ep.dims import parse_dims
 
-    try:
-        parse_dims(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return text
+    return _checked(parse_dims, text)
 
 
 def path_value(text: str) -> str:

@@ -61,7 +61,6 @@ __all__ = [
 
 import logging
 import os
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -73,7 +72,7 @@ from google.protobuf.message import DecodeError
 from onnxscript_ep_passes._atomic import Stage as _Stage
 from onnxscript_ep_passes._atomic import permission_mask
 from onnxscript_ep_passes._onnx import point_external_data
-from onnxscript_ep_passes._paths import same_file
+from onnxscript_ep_passes._paths import read_regular_file, same_file
 from onnxscript_ep_passes.errors import InvalidModelError
 from onnxscript_ep_passes.external_data_checks import check_external_data
 from onnxscript_ep_passes.model_checks import check_model_proto
@@ -122,21 +121,15 @@ def load_graph_proto(path: str | os.PathLike[str]) -> onnx.ModelProto:
     """``path``'s proto, checked as :func:`load_model` checks it; no weight is read."""
     label = os.fspath(path)
     source = Path(os.path.abspath(path))
-    try:
-        info = os.stat(source)
-    except OSError as error:
-        raise InvalidModelError(f"{label}: cannot read: {error.strerror}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise InvalidModelError(f"{label}: not a regular file")
-    if info.st_size == 0:
-        raise InvalidModelError(f"{label}: empty file (0 bytes), not an ONNX model")
-    if info.st_size > _MAX_PROTO_BYTES:
-        raise InvalidModelError(
-            f"{label}: {info.st_size} bytes, more than one protobuf can hold (2 GiB); "
-            "large weights belong in an external data file"
-        )
-    with open(source, "rb") as file:
-        data = file.read(_MAX_PROTO_BYTES + 1)
+    data = read_regular_file(
+        source,
+        label,
+        _MAX_PROTO_BYTES,
+        kind="an ONNX model",
+        too_large="more than one protobuf can hold (2 GiB); "
+        "large weights belong in an external data file",
+        error=InvalidModelError,
+    )
     proto = onnx.ModelProto()
     try:
         proto.ParseFromString(data)

@@ -12,6 +12,7 @@ from __future__ import annotations
 __all__ = ["add_arguments", "report_schema", "run"]
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from onnxscript_ep_passes.cli_options import (
@@ -32,7 +33,7 @@ def report_schema() -> dict[str, Any]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="input .onnx file")
+    parser.add_argument("model", type=path_value, help="input .onnx file")
     parser.add_argument("-o", "--output", required=True, type=path_value, help="output .onnx file")
     ep_help = "webgpu, cuda, dml, or an ORT EP name"
     parser.add_argument("--ep", required=True, type=ep_value, help=ep_help)
@@ -61,17 +62,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lowest-opset", metavar="N", type=opset_value, help=lowest_help)
 
 
-def run(args: argparse.Namespace) -> tuple[list[str], dict[str, Any] | None]:
-    """Load, optimize and save the model; return the lines to show and, with
-    ``--report-json``, the report for the caller to write (after OUT is saved)."""
+def run(args: argparse.Namespace) -> list[str]:
+    """Load, optimize and save the model, then write ``--report-json``; return the lines
+    to show."""
     from onnxscript_ep_passes._paths import check_not_weights
+    from onnxscript_ep_passes.cli_files import write_report
     from onnxscript_ep_passes.ep.dims import parse_dims
     from onnxscript_ep_passes.model_io import check_output_path, data_files, load_model, save_model
     from onnxscript_ep_passes.pipeline import OptimizeForEpPass
 
     model = load_model(args.model)
     check_output_path(model, args.output)
-    check_not_weights({"--report-json": args.report_json}, data_files(model))
+    inputs = [Path(args.model), *data_files(model)]
+    check_not_weights({"--report-json": args.report_json}, inputs[1:])
     pipeline = OptimizeForEpPass(
         args.ep,
         args.ort_version,
@@ -86,6 +89,7 @@ def run(args: argparse.Namespace) -> tuple[list[str], dict[str, Any] | None]:
     pipeline(model)
     save_model(model, args.output)
     report = pipeline.report() if args.report_json else None
+    write_report(args.report_json, report, inputs, indent=1)
     lines = [f"fusion {r.summary()}" for r in pipeline.fusions]
     lines += [f"candidate {c.summary()}" for c in pipeline.candidates]
-    return [*lines, f"wrote {args.output}"], report
+    return [*lines, f"wrote {args.output}"]

@@ -23,9 +23,9 @@ from __future__ import annotations
 __all__ = ["MAX_TABLE_BYTES", "MEASURED_ONLY", "read_kernel_table", "resolve_table"]
 
 import os
-import stat
 from pathlib import Path
 
+from onnxscript_ep_passes._paths import read_regular_file
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.names import canonical_ep_name
 from onnxscript_ep_passes.ep.snapshots import parse_snapshot
@@ -65,33 +65,13 @@ def read_kernel_table(
 
 def _read_text(path: str | os.PathLike[str], label: str) -> str:
     """The file's text, read as rule 1 says."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)  # O_NONBLOCK: a FIFO without a writer does not block
-    except OSError as error:
-        raise ValueError(f"{label}: cannot read: {error.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"{label}: not a regular file")
-        if info.st_size == 0:
-            raise ValueError(f"{label}: empty file (0 bytes), not a kernel table")
-        if info.st_size > MAX_TABLE_BYTES:
-            raise ValueError(
-                f"{label}: {info.st_size} bytes, more than a kernel table may hold "
-                f"({MAX_TABLE_BYTES} bytes)"
-            )
-        chunks, size = [], 0
-        while size <= MAX_TABLE_BYTES and (chunk := os.read(fd, MAX_TABLE_BYTES + 1 - size)):
-            chunks.append(chunk)
-            size += len(chunk)
-        data = b"".join(chunks)
-    except OSError as error:
-        raise ValueError(f"{label}: cannot read: {error.strerror}") from None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_TABLE_BYTES:
-        raise ValueError(f"{label}: grew past {MAX_TABLE_BYTES} bytes while being read")
+    data = read_regular_file(
+        path,
+        label,
+        MAX_TABLE_BYTES,
+        kind="a kernel table",
+        too_large=f"more than a kernel table may hold ({MAX_TABLE_BYTES} bytes)",
+    )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
