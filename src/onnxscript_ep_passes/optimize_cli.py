@@ -1,10 +1,11 @@
 """The ``optimize`` subcommand's arguments and work (the command itself is in cli.py).
 
 :func:`add_arguments` declares its options; :func:`run` loads the model, runs
-:class:`~onnxscript_ep_passes.pipeline.OptimizeForEpPass`, saves the result and returns
-the ``--report-json`` report (validated by :func:`report_schema`, the JSON Schema shipped
-as ``optimize_report.schema.json``; the command writes it atomically) and the lines to show (one per fusion tried; with ``--measure``
-one per candidate measured, predicted vs measured; then the output).
+:class:`~onnxscript_ep_passes.pipeline.OptimizeForEpPass`, saves the result, writes
+``--report-json`` after it, atomically (validated by :func:`report_schema`, the JSON
+Schema shipped as ``optimize_report.schema.json``) and returns the lines to show (one per
+fusion tried; with ``--measure`` one per candidate measured, predicted vs measured; then
+the output). The command checks the paths before calling it (:mod:`.cli_files`).
 """
 
 from __future__ import annotations
