@@ -45,7 +45,7 @@ from onnxscript.rewriter import onnx_fusions
 
 from onnxscript_ep_passes._copies import adopt
 from onnxscript_ep_passes.ep.cost import placement_cost
-from onnxscript_ep_passes.ep.dims import DimsSpec
+from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.names import canonical_ep_name
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
@@ -236,8 +236,9 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         candidate = model.clone()
         _OptimizeAndFuse()(candidate)
         before, after = predict_placement(model, table), predict_placement(candidate, table)
-        score_before = placement_cost(before, model)
-        score_after = placement_cost(after, candidate)
+        sizes = DimSizes.of(self.dims)  # the user's --dims, as the lowering prices with
+        score_before = placement_cost(before, model, sizes)
+        score_after = placement_cost(after, candidate, sizes)
         if not score_before.improves_on(score_after):
             adopt(model, candidate)
         else:

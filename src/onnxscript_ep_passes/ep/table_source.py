@@ -10,7 +10,7 @@ Rules:
    opened without blocking), not empty, at most :data:`MAX_TABLE_BYTES`, UTF-8 text, every
    row validated (:func:`~onnxscript_ep_passes.ep.snapshots.parse_snapshot`) and at least
    one; each error is one line naming the file (and the line).
-2. Otherwise :func:`~onnxscript_ep_passes.ep.kernel_table.get_table`: a live listing when
+2. Otherwise :func:`~onnxscript_ep_passes.ep.table_choice.get_table`: a live listing when
    the EP loads here, else the nearest shipped snapshot.
 3. An EP with neither, when the caller measures (``--measure``): an empty table with
    source :data:`MEASURED_ONLY`. Nothing can be predicted from it, so the pass measures
