@@ -76,8 +76,8 @@ def positive_int(text: str) -> int:
 
 
 def ep_value(text: str) -> str:
-    """An EP alias or ORT name (:func:`~onnxscript_ep_passes.ep.names.canonical_ep_name`)."""
-    from onnxscript_ep_passes.ep.names import canonical_ep_name
+    """An EP alias or ORT name (:func:`~onnxscript_ep_passes.ep.profiles.resolve_ep`)."""
+    from onnxscript_ep_passes.ep.profiles import canonical_ep_name
 
     return _checked(canonical_ep_name, text)
 

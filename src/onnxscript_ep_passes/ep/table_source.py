@@ -27,7 +27,7 @@ from pathlib import Path
 
 from onnxscript_ep_passes._paths import read_regular_file
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
-from onnxscript_ep_passes.ep.names import canonical_ep_name
+from onnxscript_ep_passes.ep.profiles import canonical_ep_name
 from onnxscript_ep_passes.ep.snapshots import parse_snapshot
 from onnxscript_ep_passes.ep.table_choice import get_table
 
