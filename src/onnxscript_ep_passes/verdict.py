@@ -23,10 +23,10 @@ Rules:
   shipped snapshot; an ORT release the caller did not ask for is marked ``assumed``, so a
   prediction made from a default is never mistaken for one about the user's ORT.
 - Nothing changed reads as such (``opset 24 kept``), never as ``opset 24 -> 24``.
-- The EP is named as people say it (``CUDA``, ``DirectML``, ``WebGPU``), not as ORT's
-  class name.
+- The EP is named as people say it, by its profile's display name (``CUDA``,
+  ``DirectML``, ``WebGPU``), not as ORT's class name.
 
-This module imports nothing from the package at run time, so the pass, the report and the
+This module imports only the EP profiles at run time, so the pass, the report and the
 command line can all share it.
 """
 
@@ -37,23 +37,17 @@ __all__ = ["Figures", "ep_display_name", "quantity", "table_label", "verdict"]
 import dataclasses
 from typing import TYPE_CHECKING
 
+from onnxscript_ep_passes.ep.profiles import profile_for
+
 if TYPE_CHECKING:
     from onnxscript_ep_passes.ep.cost import PlacementCost
     from onnxscript_ep_passes.ep.placement import PlacementPrediction
 
-_DISPLAY_NAMES = {
-    "CUDAExecutionProvider": "CUDA",
-    "DmlExecutionProvider": "DirectML",
-    "WebGpuExecutionProvider": "WebGPU",
-    "CPUExecutionProvider": "CPU",
-}
-
 
 def ep_display_name(ep: str) -> str:
-    """``"CUDAExecutionProvider"`` -> ``"CUDA"``; unknown names lose the suffix only."""
-    if ep in _DISPLAY_NAMES:
-        return _DISPLAY_NAMES[ep]
-    return ep.removesuffix("ExecutionProvider") or ep
+    """The display name of ``ep``'s profile (``"CUDAExecutionProvider"`` -> ``"CUDA"``); an
+    EP without a profile loses the ``ExecutionProvider`` suffix only."""
+    return profile_for(ep).display_name
 
 
 def table_label(ort_version: str, source: str, *, assumed: bool = False) -> str:

@@ -61,16 +61,15 @@ import onnx_ir as ir
 
 from onnxscript_ep_passes._checkpoint import EditLog, checkpoint
 from onnxscript_ep_passes._collector import collect_young
-from onnxscript_ep_passes.display import shown
 from onnxscript_ep_passes.ep.cost import PlacementCost, placement_cost
 from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
-from onnxscript_ep_passes.ep.names import CPU_EP, canonical_ep_name
 from onnxscript_ep_passes.ep.placement import (
     NodePlacement,
     PlacementPrediction,
     predict_placement,
 )
+from onnxscript_ep_passes.ep.profiles import resolve_ep
 from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.context import NodeRefusedError
@@ -372,7 +371,7 @@ def legalize(
     if search.expanded or search.widened:  # in an EP search, the EP pass logs the summary
         logger.debug(
             "Legalized '%s' for %s at opset %d: expanded %d nodes (%s); predicted %s -> %s",
-            shown(model.graph.name),
+            model.graph.name,
             table.ep,
             opset,
             len(search.expanded),
@@ -475,13 +474,14 @@ class LegalizeForEpPass(ir.passes.InPlacePass):
         dims: DimsSpec = None,
     ) -> None:
         super().__init__()
-        self.ep = canonical_ep_name(ep)
+        self.profile = resolve_ep(ep)
+        self.ep = self.profile.ort_name
         self.ort_version = ort_version
         self.table = table
         self.dims = DimSizes.of(dims)
 
     def call(self, model: ir.Model) -> LegalizeForEpResult:
-        if self.ep == CPU_EP:
+        if self.profile.is_host:
             return LegalizeForEpResult(model, False)
         table = self.table if self.table is not None else get_table(self.ep, self.ort_version)
         mark = checkpoint(model)
@@ -492,7 +492,7 @@ class LegalizeForEpPass(ir.passes.InPlacePass):
             raise
         logger.info(
             "Legalized '%s' for %s at opset %d: %d nodes expanded",
-            shown(model.graph.name),
+            model.graph.name,
             table.ep,
             result.opset,
             len(result.expanded),

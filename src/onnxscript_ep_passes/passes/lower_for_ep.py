@@ -57,7 +57,6 @@ Rules the pass follows:
 from __future__ import annotations
 
 __all__ = [
-    "CPU_EPS",
     "MEASURE_TOP",
     "EpLoweringChoice",
     "EpLoweringResult",
@@ -84,8 +83,8 @@ from onnxscript_ep_passes.ep.cost import (
 from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.measure import CandidateMeasurement
-from onnxscript_ep_passes.ep.names import CPU_EP, canonical_ep_name
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
+from onnxscript_ep_passes.ep.profiles import resolve_ep
 from onnxscript_ep_passes.ep.table_source import MEASURED_ONLY, resolve_table
 from onnxscript_ep_passes.errors import DowngradeError
 from onnxscript_ep_passes.lowering.lower_opset import (
@@ -107,8 +106,6 @@ from onnxscript_ep_passes.progress import track
 from onnxscript_ep_passes.verdict import Figures, verdict
 
 logger = logging.getLogger(__name__)
-
-CPU_EPS = frozenset({CPU_EP})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -440,7 +437,8 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
     ) -> None:
         super().__init__()
         self.lowest_opset = lowest_opset_of(lowest_opset, target_opset)
-        self.ep = canonical_ep_name(ep)
+        self.profile = resolve_ep(ep)
+        self.ep = self.profile.ort_name
         self.ort_version = ort_version
         self.target_opset = target_opset
         self.table = table
@@ -450,7 +448,7 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
         self.kernel_table = kernel_table
 
     def call(self, model: ir.Model) -> EpLoweringResult:
-        if self.ep in CPU_EPS:
+        if self.profile.is_host:
             logger.debug("%s runs every opset: nothing to lower", self.ep)
             return EpLoweringResult(model, False)
         table = self.table
