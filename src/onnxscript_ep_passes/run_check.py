@@ -31,9 +31,10 @@ import onnx_ir as ir
 
 from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
+from onnxscript_ep_passes.ep.profiles import CPU
 from onnxscript_ep_passes.verdict import quantity
 
-CHECK_EP = "CPUExecutionProvider"
+CHECK_EP = CPU.ort_name
 MAX_WEIGHT_BYTES = 2_000_000_000
 _MIN_BATCH = 2
 
