@@ -9,6 +9,11 @@ Rules:
   ``--version`` prints the package's version and those of onnx and ONNX Runtime.
 - stdout carries results only (the verdict, the report, ``--json``); logs, ORT's and the
   GPU driver's messages go to stderr.
+- One summary per command: its verdict line on stdout. stderr gets warnings, errors and
+  the command's own notes; the passes' INFO lines, the lists of nodes and ORT's/Dawn's
+  warnings only with ``-v`` (:mod:`._cli_logging`).
+- Text from the model (names, op types, domains) is printed with control characters
+  escaped (:mod:`.display`); ``--json`` keeps the exact strings.
 - A target that is not below the model's opset (or an EP choice that keeps the model as
   it is) is "nothing to do": exit 0, and OUT is not written unless
   ``--write-unchanged`` asks for it.
@@ -46,7 +51,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from onnxscript_ep_passes import __version__
-from onnxscript_ep_passes._cli_logging import configure_logging
+from onnxscript_ep_passes._cli_logging import configure_logging, native_output
 from onnxscript_ep_passes._collector import paused_collector
 from onnxscript_ep_passes._signals import Interrupted, interrupts_raised
 from onnxscript_ep_passes.cli_examples import (
@@ -62,6 +67,7 @@ from onnxscript_ep_passes.cli_options import (
     ort_version_value,
     path_value,
 )
+from onnxscript_ep_passes.display import shown, shown_lines
 from onnxscript_ep_passes.errors import (
     EXIT_BAD_INPUT,
     EXIT_REFUSED,
@@ -188,6 +194,11 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-legalize", action="store_true", help="only choose the opset; expand nothing"
     )
+    parser.add_argument(
+        "--no-run",
+        action="store_true",
+        help="do not run the model (and, when it fails, the candidates) on ORT's CPU EP",
+    )
     objective_arguments(parser)
 
 
@@ -216,6 +227,7 @@ def _report(args: argparse.Namespace) -> int:
             kernel_table=args.kernel_table,
             model_name=args.model,
             lowest_opset=args.lowest_opset,
+            check_runs=not args.no_run,
         )
     if args.json:
         sys.stdout.write(json.dumps(result) + "\n")
@@ -346,9 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _say(args: argparse.Namespace, line: str) -> None:
-    """A result line on stdout (not with -q)."""
+    """A result line on stdout (not with -q), control characters escaped."""
     if not args.quiet:
-        sys.stdout.write(line + "\n")
+        sys.stdout.write(shown(line) + "\n")
         sys.stdout.flush()
 
 
@@ -418,6 +430,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose, args.quiet)
+    with native_output(args.verbose):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         with interrupts_raised(), paused_collector():
             return int(args.run(args))
@@ -427,10 +444,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.error("interrupted by %s: stopped, no partial output left", name)
         return 128 + signum
     except UsageError as error:
-        args.usage_error(str(error))  # prints the subcommand's usage, exits 2
+        args.usage_error(shown(error))  # prints the subcommand's usage, exits 2
         raise  # pragma: no cover - error() exits
     except DowngradeError as error:
-        sys.stderr.write(f"{error}\n")
+        sys.stderr.write(f"{shown_lines(error)}\n")
         return EXIT_REFUSED
     except Exception as error:  # every other failure: one line, exit 1, never a traceback
         logger.error("%s", one_line(error, getattr(args, "model", PROG)))

@@ -25,6 +25,8 @@ __all__ = [
 import dataclasses
 from collections.abc import Sequence
 
+from onnxscript_ep_passes.display import shown
+
 EXIT_OK = 0  # the command line's exit status: success
 EXIT_BAD_INPUT = 1  # the input is not a usable model, or reading/writing failed
 EXIT_USAGE = 2  # wrong arguments (argparse's own status)
@@ -56,13 +58,14 @@ class Refusal:
     scope: str = ""
 
     def __str__(self) -> str:
-        name = f"'{self.node_name}'" if self.node_name else "<unnamed>"
-        where = f", in {self.scope}" if self.scope else ""
-        op = f"{self.domain}::{self.op_type}" if self.domain else self.op_type
+        """One line; the model's strings with control characters escaped."""
+        name = f"'{shown(self.node_name)}'" if self.node_name else "<unnamed>"
+        where = f", in {shown(self.scope)}" if self.scope else ""
+        op = shown(f"{self.domain}::{self.op_type}" if self.domain else self.op_type)
         step = ""
         if self.step != self.since_version:
-            step = f"at step {self.op_type}-{self.step}: "
-        return f"node {name} ({op}-{self.since_version}{where}): {step}{self.reason}"
+            step = f"at step {shown(self.op_type)}-{self.step}: "
+        return f"node {name} ({op}-{self.since_version}{where}): {step}{shown(self.reason)}"
 
 
 def built_node_reason(op_type: str, name: str | None, since: int, step: int, reason: str) -> str:
@@ -98,7 +101,7 @@ class DowngradeError(ValueError):
         super().__init__(self._format())
 
     def _format(self) -> str:
-        what = f"model '{self.model_name}'" if self.model_name else "the model"
+        what = f"model '{shown(self.model_name)}'" if self.model_name else "the model"
         span = ""
         if self.source_opset is not None and self.target_opset is not None:
             span = f" from opset {self.source_opset} to {self.target_opset}"
@@ -124,8 +127,10 @@ class UsageError(Exception):
 
 
 def one_line(error: BaseException, where: str) -> str:
-    """A failure other than a refusal, as the command line reports it: one line."""
-    text = " ".join(str(error).split()) or type(error).__name__
+    """A failure other than a refusal, as the command line reports it: one line, control
+    characters escaped (the message may quote the model's names)."""
+    text = shown(" ".join(str(error).split()) or type(error).__name__)
+    where = shown(where)
     if isinstance(error, (InvalidModelError, OSError, ValueError)):
         return text
     if isinstance(error, (MemoryError, RecursionError)):

@@ -8,6 +8,10 @@
 - :func:`lower_to_opset`, :func:`lower_for_ep`: the full passes on the onnx-ir model, each
   returning whether the model changed and the line to show (and :func:`lower_for_ep` the
   ``--report-json`` report, which the caller writes after OUT).
+
+When the model changes, one note on stderr (INFO of the command's own logger, shown by
+default) names ORT issue 27729, the kernel gap the lowering works around; the verdict
+itself is the first line shown on stdout, once.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 __all__ = ["lower_for_ep", "lower_proto", "lower_to_opset", "model_opset", "run"]
 
 import argparse
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -26,6 +31,13 @@ if TYPE_CHECKING:
     import onnx_ir as ir
 
     from onnxscript_ep_passes.ep.kernel_table import KernelTable
+
+command_logger = logging.getLogger("onnxscript_ep_passes.cli")  # shown at INFO by default
+
+ORT_TRACKING_NOTE = (
+    "ORT issue 27729 tracks the kernel gaps this lowering works around: "
+    "https://github.com/microsoft/onnxruntime/issues/27729"
+)
 
 
 def run(args: argparse.Namespace) -> list[str]:
@@ -68,6 +80,7 @@ def run(args: argparse.Namespace) -> list[str]:
     if args.ep is None and (
         fast := lower_proto(proto, data, args.output, args.target_opset, args.model)
     ):
+        command_logger.info(ORT_TRACKING_NOTE)
         return [f"{name}: {fast}", f"wrote {args.output}"]
     # The weights copy starts now and overlaps the work (lower --ep: the whole search).
     report = None
@@ -84,6 +97,8 @@ def run(args: argparse.Namespace) -> list[str]:
         else:
             changed, line, report = lower_for_ep(model, args, table)
         lines = [f"{name}: {line}" if changed else f"nothing to do: {name}: {line}"]
+        if changed:
+            command_logger.info(ORT_TRACKING_NOTE)
         if not changed and not args.write_unchanged:
             write_report(args.report_json, report, inputs)
             return lines  # the copy stops and what it staged goes

@@ -3,9 +3,11 @@
 :func:`add_arguments` declares its options; :func:`run` loads the model, runs
 :class:`~onnxscript_ep_passes.pipeline.OptimizeForEpPass`, saves the result, writes
 ``--report-json`` after it, atomically (validated by :func:`report_schema`, the JSON
-Schema shipped as ``optimize_report.schema.json``) and returns the lines to show (one per
-fusion tried; with ``--measure`` one per candidate measured, predicted vs measured; then
-the output). The command checks the paths before calling it (:mod:`.cli_files`).
+Schema shipped as ``optimize_report.schema.json``) and returns the lines to show: the
+verdict (:meth:`~onnxscript_ep_passes.pipeline.OptimizeForEpPass.summary`), then, with
+``-v``, one per fusion tried and (``--measure``) one per candidate measured, predicted vs
+measured; then the output written. The command checks the paths before calling it
+(:mod:`.cli_files`).
 """
 
 from __future__ import annotations
@@ -91,6 +93,8 @@ def run(args: argparse.Namespace) -> list[str]:
     save_model(model, args.output)
     report = pipeline.report() if args.report_json else None
     write_report(args.report_json, report, inputs, indent=1)
-    lines = [f"fusion {r.summary()}" for r in pipeline.fusions]
-    lines += [f"candidate {c.summary()}" for c in pipeline.candidates]
+    lines = [pipeline.summary(Path(args.model).name)]
+    if args.verbose:
+        lines += [f"fusion {r.summary()}" for r in pipeline.fusions]
+        lines += [f"candidate {c.summary()}" for c in pipeline.candidates]
     return [*lines, f"wrote {args.output}"]
