@@ -30,7 +30,6 @@ def _arguments(argv: list[str] | None = None) -> argparse.Namespace:
 
 def build() -> onnx.ModelProto:
     import numpy as np
-    import onnx
     import onnx.helper as oh
     from onnx import TensorProto, numpy_helper
 
