@@ -6,7 +6,7 @@
 
     {"schema_version": 1,
      "model": the path given (or the graph's name),
-     "ep", "ort_version", "ort_version_assumed", "table_source",
+     "ep", "ort_version", "ort_version_assumed", "ort_version_requested", "table_source",
      "objective": {"kind": "estimate" | "measured", "dims": {name: size},
                    "rates": {...}},
      "candidates": [{"opset", "legalized",
@@ -34,8 +34,9 @@ keeps on CPU on purpose (small shape computations) carry ``"shape_computation": 
 and are not counted as fallback. ``decisions`` has one entry per node that falls back at
 the source or at the chosen opset: what the pass does about it and why. ``model`` is the
 name the caller gives (the file name, from the command line) or the graph's name;
-``ort_version_assumed`` is true when no ORT release was named and the table is a shipped
-snapshot (the prediction is for a release the user may not run).
+``ort_version_assumed`` is true when the table is a shipped snapshot of another release
+than the one named (``ort_version_requested``; null when none was named): the prediction
+is for a release the user may not run.
 
 The text form (:func:`format_report`, :func:`print_report`, rendered with rich) reads
 top-down:
@@ -89,6 +90,7 @@ from onnxscript_ep_passes.ep import cost
 from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.placement import PlacementPrediction
+from onnxscript_ep_passes.ep.table_choice import release_assumed
 from onnxscript_ep_passes.ep.table_source import resolve_table
 from onnxscript_ep_passes.lowering.lower_opset import MIN_TARGET_OPSET
 from onnxscript_ep_passes.lowering.ort_kernels import ort_only
@@ -181,6 +183,7 @@ def choice_report(
         "ep": choice.ep,
         "ort_version": choice.ort_version,
         "ort_version_assumed": choice.ort_version_assumed,
+        "ort_version_requested": choice.ort_version_requested,
         "table_source": choice.table_source,
         "objective": {
             "kind": "measured" if choice.measured else "estimate",
@@ -217,7 +220,7 @@ def placement_report(
     :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass`; ``model_name`` is the
     report's ``model`` (the path given; default: the graph's name).
     """
-    assumed = table is None and ort_version is None and kernel_table is None
+    given = table is not None or kernel_table is not None
     if table is None:
         table = resolve_table(ep, ort_version, kernel_table=kernel_table, measure=measure)
     choice = choose_target_opset(
@@ -229,8 +232,11 @@ def placement_report(
         dims=dims,
         measure=measure,
     )
-    if assumed and not table.source.startswith("live:"):
-        choice = dataclasses.replace(choice, ort_version_assumed=True)
+    choice = dataclasses.replace(
+        choice,
+        ort_version_assumed=not given and release_assumed(table, ort_version),
+        ort_version_requested=ort_version,
+    )
     return choice_report(model, choice, model_name=model_name or model.graph.name)
 
 
@@ -362,14 +368,20 @@ def render_report(
     """The text report of :func:`placement_report`'s dict, as one rich renderable."""
     parts: list[RenderableType] = [Text(_verdict(report, model_name), style="bold")]
     if report.get("ort_version_assumed"):
-        parts.append(
-            Text(
-                f"note: no ORT release given, so ORT {report['ort_version']} is assumed for "
-                f"{ep_display_name(report['ep'])} (its shipped table); the prediction can "
-                "differ for yours: pass --ort-version",
-                style="yellow",
+        ep_name, requested = ep_display_name(report["ep"]), report.get("ort_version_requested")
+        if requested:
+            note = (
+                f"note: no {ep_name} table of ORT {requested} is shipped, so ORT "
+                f"{report['ort_version']} is assumed (the nearest shipped release at or below "
+                "it, or the oldest); the prediction can differ for yours"
             )
-        )
+        else:
+            note = (
+                f"note: no ORT release given, so ORT {report['ort_version']} is assumed for "
+                f"{ep_name} (its shipped table); the prediction can differ for yours: pass "
+                "--ort-version"
+            )
+        parts.append(Text(note, style="yellow"))
     ops_in_model = collections.Counter(
         (n["op_type"], n["domain"]) for n in report["before"]["nodes"]
     )
