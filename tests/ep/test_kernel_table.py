@@ -26,15 +26,17 @@ from onnxscript_ep_passes.ep.table_choice import get_table, release_assumed
 CUDA_RELEASES = [f"1.{minor}" for minor in range(20, 32)]
 """The release lines of onnxruntime-gpu shipped as tables listed from their wheels."""
 
+DML_RELEASES = ["1.16", "1.20", "1.21", "1.22", "1.23", "1.24"]
+"""The onnxruntime-directml release lines read from their Windows libraries."""
+
 SHIPPED = {
     "cuda-ort-1.16": ("CUDAExecutionProvider", "1.16"),
     **{f"cuda-ort-{line}": ("CUDAExecutionProvider", line) for line in CUDA_RELEASES},
     "cuda-ort-main-2026-09": ("CUDAExecutionProvider", "main-2026-09"),
-    "dml-ort-1.16": ("DmlExecutionProvider", "1.16"),
-    "dml-ort-1.24": ("DmlExecutionProvider", "1.24"),
+    **{f"dml-ort-{line}": ("DmlExecutionProvider", line) for line in DML_RELEASES},
     "webgpu-ort-1.32": ("WebGpuExecutionProvider", "1.32.0"),
 }
-NOT_RELEASES = {"cuda-ort-1.16", "cuda-ort-main-2026-09", "dml-ort-1.16", "dml-ort-1.24"}
+NOT_RELEASES = {"cuda-ort-1.16", "cuda-ort-main-2026-09"}
 
 
 def _table(*rows: tuple[str, str, int, int | None, dict[str, list[str]] | None]) -> KernelTable:
@@ -142,7 +144,8 @@ def test_shipped_snapshots_and_provenance() -> None:
         meta = json.loads(snapshots._data_dir().joinpath(f"{name}.json").read_text())
         assert meta["kernels"] == len(table), name
         assert infos[name].source  # where the rows came from
-        assert table.has_type_constraints == (name not in NOT_RELEASES), name
+        typed = name not in NOT_RELEASES and ep != "DmlExecutionProvider"
+        assert table.has_type_constraints == typed, name
     assert load_snapshot("cuda-ort-1.24.tsv") is load_snapshot("cuda-ort-1.24")
     assert load_snapshot("webgpu-ort-1.32").ep_version == "0.4.0"
     with pytest.raises(ValueError, match="shipped"):
@@ -154,7 +157,10 @@ def test_every_snapshot_names_its_release_or_says_it_has_none(name: str) -> None
     """A table from a release names its tag and the commit ORT's build info gives; one that
     cannot be tied to a release says so in its notes and in every verdict (its source)."""
     meta = json.loads(snapshots._data_dir().joinpath(f"{name}.json").read_text())
-    assert re.fullmatch(r"[0-9a-f]{7,40}", meta["commit"] or ""), name
+    if meta["commit"] is None:  # only a build that records none
+        assert "names no commit" in meta["notes"], name
+    else:
+        assert re.fullmatch(r"[0-9a-f]{7,40}", meta["commit"]), name
     if name in NOT_RELEASES:
         assert meta["release"] is None and meta["notes"].startswith("Not from a release")
         assert load_snapshot(name).source.endswith(snapshots.NOT_A_RELEASE)
@@ -163,6 +169,16 @@ def test_every_snapshot_names_its_release_or_says_it_has_none(name: str) -> None
     assert re.fullmatch(r"v\d+\.\d+\.\d+", tag), name
     line = ".".join(tag[1:].split(".")[:2])
     assert meta["ort_version"].startswith(line), (name, tag)
+    if meta["ep"] == "DmlExecutionProvider":
+        # read from the release's Windows library; the few ops DirectML registers by code
+        # (not in its static table) are carried from a transcription, and listed
+        assert meta["package"] == f"onnxruntime-directml=={tag[1:]}"
+        assert re.fullmatch(r"[0-9a-f]{64}", meta["wheel_sha256"])
+        carried = {row.split()[0] for row in meta["carried_rows"]}
+        by_code = {"If", "DFT", "STFT", "GridSample", "OptionalGetElement", "OptionalHasElement"}
+        sequence = ("At", "Construct", "Empty", "Erase", "Insert", "Length")
+        assert carried <= by_code | {f"Sequence{what}" for what in sequence}, carried
+        assert meta["carried_from"].startswith("transcribed: microsoft/onnxruntime docs/")
     if meta["ep"] == "CUDAExecutionProvider":
         # listed from the release's own wheel; other patch releases of the line compared
         assert meta["package"] == f"onnxruntime-gpu=={tag[1:]}"
@@ -213,6 +229,19 @@ def test_snapshot_facts_from_the_audit() -> None:
     assert dml.supports("", "Reshape", 21) and not dml.supports("", "Reshape", 23)
 
 
+def test_dml_releases_differ_where_their_libraries_do() -> None:
+    """1.20's static registrations lack the opset-21 kernels 1.21 added; 1.21 to 1.24 read
+    the same; every DirectML range is open."""
+    d120, d121 = load_snapshot("dml-ort-1.20"), load_snapshot("dml-ort-1.21")
+    added = {(op, r.start) for (_, op), rs in d121.ranges.items() for r in rs} - {
+        (op, r.start) for (_, op), rs in d120.ranges.items() for r in rs
+    }
+    assert ("Transpose", 21) in added and ("Flatten", 21) in added and len(added) == 9
+    for line in ("1.22", "1.23", "1.24"):
+        assert dict(load_snapshot(f"dml-ort-{line}").ranges) == dict(d121.ranges), line
+    assert load_snapshot("dml-ort-1.24").has_op("com.microsoft", "GroupQueryAttention")
+
+
 def test_webgpu_snapshot_facts() -> None:
     t = load_snapshot("webgpu-ort-1.32")
     assert t.registered("", "Transpose")[-1] == KernelRange(
@@ -259,6 +288,8 @@ def test_parse_snapshot_rejects_bad_header() -> None:
         ("cuda", "1.28", "cuda-ort-1.28", False),
         ("directml", "1.24.1", "dml-ort-1.24", False),
         ("DmlExecutionProvider", "1.17", "dml-ort-1.16", True),
+        ("dml", "1.21.0", "dml-ort-1.21", False),
+        ("dml", "1.31", "dml-ort-1.24", True),
     ],
 )
 def test_get_table_nearest_snapshot(ep: str, version: str, expected: str, assumed: bool) -> None:
