@@ -23,10 +23,10 @@ from onnxscript_ep_passes.ep.snapshots import (
 )
 from onnxscript_ep_passes.ep.table_choice import get_table, release_assumed
 
-CUDA_RELEASES = [f"1.{minor}" for minor in range(20, 32)]
+CUDA_RELEASES = [f"1.{minor}" for minor in range(19, 32)]
 """The release lines of onnxruntime-gpu shipped as tables listed from their wheels."""
 
-DML_RELEASES = ["1.16", "1.20", "1.21", "1.22", "1.23", "1.24"]
+DML_RELEASES = ["1.16", "1.17", "1.18", "1.19", "1.20", "1.21", "1.22", "1.23", "1.24"]
 """The onnxruntime-directml release lines read from their Windows libraries."""
 
 SHIPPED = {
@@ -281,13 +281,15 @@ def test_parse_snapshot_rejects_bad_header() -> None:
         ("cuda", "1.31.1", "cuda-ort-1.31", False),
         ("cuda", "1.32", "cuda-ort-1.31", True),  # newest not newer
         ("cuda", "2.0", "cuda-ort-1.31", True),
-        ("cuda", "1.19", "cuda-ort-1.16", True),
+        ("cuda", "1.19", "cuda-ort-1.19", False),
+        ("cuda", "1.18", "cuda-ort-1.16", True),
         ("cuda", "1.10", "cuda-ort-1.16", True),  # all newer: the oldest
         ("cuda", "main-2026-09", "cuda-ort-main-2026-09", False),
         ("cuda", "1.27.1", "cuda-ort-1.27", False),  # main after 1.27 is newer than 1.27.x
         ("cuda", "1.28", "cuda-ort-1.28", False),
         ("directml", "1.24.1", "dml-ort-1.24", False),
-        ("DmlExecutionProvider", "1.17", "dml-ort-1.16", True),
+        ("DmlExecutionProvider", "1.17", "dml-ort-1.17", False),
+        ("DmlExecutionProvider", "1.15", "dml-ort-1.16", True),
         ("dml", "1.21.0", "dml-ort-1.21", False),
         ("dml", "1.31", "dml-ort-1.24", True),
     ],
