@@ -542,3 +542,72 @@ def test_lowest_opset_bounds_the_search_of_report_and_lower(
         result = _run(*args)
         assert result.returncode == 2 and message in result.stderr, result.stderr
     assert not (tmp_path / "x.onnx").exists()
+
+
+# -- bad option values: a usage error naming the option, on every command ------------------
+
+_LOWER = ["lower", "{m}", "-o", "{o}"]
+_LOWER_EP = [*_LOWER, "--ep", "cuda"]
+_REPORT = ["report", "{m}", "--ep", "cuda"]
+_OPTIMIZE = ["optimize", "{m}", "-o", "{o}", "--ep", "cuda"]
+
+# (command, the bad option and value, the option argparse names)
+BAD_OPTIONS = [
+    *(
+        (command, ["--target-opset", value], "--target-opset")
+        for command in (_LOWER, _REPORT, _OPTIMIZE)
+        for value in ("0", "-1", "17", "99", "x", "")
+    ),
+    *(
+        (command, ["--lowest-opset", value], "--lowest-opset")
+        for command in (_LOWER_EP, _REPORT, _OPTIMIZE)
+        for value in ("-1", "17", "99", "1.5")
+    ),
+    *((_OPTIMIZE, ["--max-length", value], "--max-length") for value in ("-1", "0", "x")),
+    *(
+        (command, ["--dims", value], "--dims")
+        for command in (_LOWER_EP, _REPORT, _OPTIMIZE)
+        for value in ("batch=-1", "garbage", "batch=0", "=3")
+    ),
+    *(
+        (command, ["--ort-version", value], "--ort-version")
+        for command in (_LOWER_EP, _REPORT, _OPTIMIZE)
+        for value in ("banana", "", "1.24; rm -rf")
+    ),
+    *(
+        ([*command[:-2], "--ep", value], [], "--ep")
+        for command in (_LOWER_EP, _REPORT, _OPTIMIZE)
+        for value in ("", "bogus", "cuda\x1b[2J")
+    ),
+    (["lower", "", "-o", "{o}", "--target-opset", "23"], [], "model"),
+    (["report", "", "--ep", "cuda"], [], "model"),
+    (["optimize", "", "-o", "{o}", "--ep", "cuda"], [], "model"),
+    (["lower", "{m}", "-o", "", "--target-opset", "23"], [], "-o/--output"),
+    (["optimize", "{m}", "-o", "", "--ep", "cuda"], [], "-o/--output"),
+    (_LOWER_EP, ["--report-json", ""], "--report-json"),
+    (_OPTIMIZE, ["--report-json", ""], "--report-json"),
+    (_REPORT, ["--kernel-table", ""], "--kernel-table"),
+    (_LOWER_EP, ["--kernel-table", ""], "--kernel-table"),
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "named"),
+    BAD_OPTIONS,
+    ids=[f"{c[0]}-{n}-{(o or c[-1:])[-1]!r}" for c, o, n in BAD_OPTIONS],
+)
+def test_a_bad_option_value_is_a_usage_error_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str], option: list[str],
+    named: str,
+) -> None:  # fmt: skip
+    """``--target-opset 0`` exited 1 and ``optimize --max-length -1`` was accepted. Every
+    bad value is refused by the parser (exit 2, the option named) before any file is read:
+    the model given here does not exist, and nothing is written."""
+    argv = [a.format(m=tmp_path / "absent.onnx", o=tmp_path / "o.onnx") for a in command]
+    with pytest.raises(SystemExit) as exit_:
+        main(["-q", *argv, *option])
+    assert exit_.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and f"argument {named}: " in errors[0], errors
+    assert "Traceback" not in errors[0] and "\x1b" not in errors[0]
+    assert list(tmp_path.iterdir()) == []

@@ -98,4 +98,6 @@ def test_cli_rejects_objective_options_without_an_ep(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as usage:  # a usage error: argparse's exit status 2
         main([*args, "--measure"])
     assert usage.value.code == 2
-    assert main(["report", str(source), "--ep", "webgpu", "--dims", "batch"]) == 1
+    with pytest.raises(SystemExit) as usage:  # a bad --dims value: a usage error too
+        main(["report", str(source), "--ep", "webgpu", "--dims", "batch"])
+    assert usage.value.code == 2

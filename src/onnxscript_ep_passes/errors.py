@@ -4,6 +4,7 @@
   nodes cannot be expressed at the target opset.
 - :class:`InvalidModelError`: the input is not a model the tool will read (not ONNX,
   malformed, unsafe external data, ...); its message is one line naming the problem.
+- :class:`UsageError`: the command line's options cannot work together (exit 2).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ __all__ = [
     "DowngradeError",
     "InvalidModelError",
     "Refusal",
+    "UsageError",
     "built_node_reason",
     "one_line",
 ]
@@ -115,6 +117,10 @@ class InvalidModelError(ValueError):
     The message is one line: the file, then the problem (naming the node, attribute,
     tensor or location where there is one).
     """
+
+
+class UsageError(Exception):
+    """A missing or contradictory option: reported with the subcommand's usage, exit 2."""
 
 
 def one_line(error: BaseException, where: str) -> str:

@@ -43,6 +43,7 @@ from olive.passes import Pass
 from olive.passes.onnx.common import get_external_data_config, ir_model_to_olive_model
 from olive.passes.pass_config import BasePassConfig, PassConfigParam
 
+from onnxscript_ep_passes.ep.profiles import CPU
 from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringResult, LowerOpsetForEpPass
 
 logger = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ class LowerOpsetForEp(Pass):
         config: type[BasePassConfig],
         output_model_path: str,
     ) -> ONNXModelHandler:
-        ep = str(self.accelerator_spec.execution_provider or "CPUExecutionProvider")
+        ep = str(self.accelerator_spec.execution_provider or CPU.ort_name)
         ir_model = model.load_ir_model()
         lowering = LowerOpsetForEpPass(
             ep,

@@ -45,10 +45,10 @@ from onnxscript.rewriter import onnx_fusions
 
 from onnxscript_ep_passes._copies import adopt
 from onnxscript_ep_passes.ep.cost import placement_cost
-from onnxscript_ep_passes.ep.dims import DimsSpec
+from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
-from onnxscript_ep_passes.ep.names import canonical_ep_name
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
+from onnxscript_ep_passes.ep.profiles import resolve_ep
 from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.fusion.choice import (
     CandidateRecord,
@@ -62,7 +62,7 @@ from onnxscript_ep_passes.fusion.fuse_for_ep import (
     FusionRecord,
     FusionSpec,
 )
-from onnxscript_ep_passes.passes.lower_for_ep import CPU_EPS, LowerOpsetForEpPass, lowest_opset_of
+from onnxscript_ep_passes.passes.lower_for_ep import LowerOpsetForEpPass, lowest_opset_of
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +139,8 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         self.measure_rounds = measure_rounds
         self.candidates: list[CandidateRecord] = []
         self.chosen: str | None = None
-        self.ep = canonical_ep_name(ep)
+        self.profile = resolve_ep(ep)
+        self.ep = self.profile.ort_name
         self.ort_version = ort_version
         self.target_opset = target_opset
         self.table = table
@@ -178,7 +179,7 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         self.source_opset = model.opset_imports.get("")
         self.fusions, self.candidates, self.chosen = [], [], None
         _Optimize()(model)
-        if self.ep in CPU_EPS:
+        if self.profile.is_host:
             self.opset = model.opset_imports.get("")
             return ir.passes.PassResult(model, modified=True)
         table = self.table = self.table or get_table(self.ep, self.ort_version)
@@ -236,8 +237,9 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         candidate = model.clone()
         _OptimizeAndFuse()(candidate)
         before, after = predict_placement(model, table), predict_placement(candidate, table)
-        score_before = placement_cost(before, model)
-        score_after = placement_cost(after, candidate)
+        sizes = DimSizes.of(self.dims)  # the user's --dims, as the lowering prices with
+        score_before = placement_cost(before, model, sizes)
+        score_after = placement_cost(after, candidate, sizes)
         if not score_before.improves_on(score_after):
             adopt(model, candidate)
         else:

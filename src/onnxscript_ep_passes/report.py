@@ -188,7 +188,7 @@ def choice_report(
         "objective": {
             "kind": "measured" if choice.measured else "estimate",
             "dims": _input_dims(model, choice.dims),
-            "rates": cost.rates(),
+            "rates": cost.rates(choice.ep),
         },
         "candidates": _candidate_rows(choice),
         "chosen": {"opset": choice.chosen_opset, "legalized": choice.legalized},

@@ -11,30 +11,24 @@ Rules:
   prediction made from a default is never mistaken for one about the user's ORT; a
   snapshot not taken from an ORT release says so (``(not from a release)``).
 - Nothing changed reads as such (``opset 24 kept``), never as ``opset 24 -> 24``.
-- The EP is named as people say it (``CUDA``, ``DirectML``, ``WebGPU``), not as ORT's
-  class name.
+- The EP is named as people say it, by its profile's display name (``CUDA``,
+  ``DirectML``, ``WebGPU``), not as ORT's class name.
 
-This module imports nothing from the package, so the pass, the report and the command line
-can all share it.
+This module imports only the EP profiles, so the pass, the report and the command line can
+all share it.
 """
 
 from __future__ import annotations
 
 __all__ = ["ep_display_name", "table_label", "verdict"]
 
-_DISPLAY_NAMES = {
-    "CUDAExecutionProvider": "CUDA",
-    "DmlExecutionProvider": "DirectML",
-    "WebGpuExecutionProvider": "WebGPU",
-    "CPUExecutionProvider": "CPU",
-}
+from onnxscript_ep_passes.ep.profiles import profile_for
 
 
 def ep_display_name(ep: str) -> str:
-    """``"CUDAExecutionProvider"`` -> ``"CUDA"``; unknown names lose the suffix only."""
-    if ep in _DISPLAY_NAMES:
-        return _DISPLAY_NAMES[ep]
-    return ep.removesuffix("ExecutionProvider") or ep
+    """The display name of ``ep``'s profile (``"CUDAExecutionProvider"`` -> ``"CUDA"``); an
+    EP without a profile loses the ``ExecutionProvider`` suffix only."""
+    return profile_for(ep).display_name
 
 
 def table_label(ort_version: str, source: str, *, assumed: bool = False) -> str:

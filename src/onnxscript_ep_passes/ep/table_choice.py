@@ -2,14 +2,13 @@
 
 Rules (:func:`get_table`):
 
-1. EP aliases are resolved (:func:`~onnxscript_ep_passes.ep.names.canonical_ep_name`).
+1. EP aliases are resolved (:func:`~onnxscript_ep_passes.ep.profiles.resolve_ep`).
 2. A live table (:mod:`~onnxscript_ep_passes.ep.live_tables`) when the requested ORT
    version is the installed release (or none is requested) and the EP can be listed here.
 3. Otherwise a shipped snapshot (:mod:`~onnxscript_ep_passes.ep.snapshots`): the one for
    exactly the requested version string, else the newest not newer than the requested
    release line, else the oldest. A ``main-*`` snapshot sorts right after the release
    named by its ``after_release``.
-
 4. A prediction made with a shipped snapshot *assumes* an ORT release
    (:func:`release_assumed`) when the caller named none, or named one whose release line
    the snapshot is not (``--ort-version 1.32`` with only tables up to 1.31): the verdict
@@ -33,7 +32,7 @@ from onnxscript_ep_passes.ep.live_tables import (
     installed_ort_version,
     live_table,
 )
-from onnxscript_ep_passes.ep.names import canonical_ep_name
+from onnxscript_ep_passes.ep.profiles import EpProfile, resolve_ep
 from onnxscript_ep_passes.ep.snapshots import SnapshotInfo, available_snapshots, load_snapshot
 
 logger = logging.getLogger(__name__)
@@ -89,12 +88,14 @@ def release_assumed(table: KernelTable, requested: str | None) -> bool:
     return _release_line(requested) != _release_line(table.ort_version)
 
 
-def get_table(ep: str, ort_version: str | None = None, *, prefer_live: bool = True) -> KernelTable:
+def get_table(
+    ep: str | EpProfile, ort_version: str | None = None, *, prefer_live: bool = True
+) -> KernelTable:
     """The kernel table to predict placement with.
 
     Resolution:
 
-    1. ``ep`` aliases are resolved (:func:`canonical_ep_name`).
+    1. ``ep`` aliases are resolved (:func:`resolve_ep`).
     2. If ``prefer_live`` and ``ort_version`` is None or names the installed ORT release,
        a live table is used when the EP can be listed here (:func:`live_table`).
     3. Otherwise a shipped snapshot of that EP: one whose ``ort_version`` equals the
@@ -109,7 +110,7 @@ def get_table(ep: str, ort_version: str | None = None, *, prefer_live: bool = Tr
         ValueError: no live table and no snapshot for the EP (the message lists the
             shipped tables), or an unparsable ``ort_version``.
     """
-    canonical = canonical_ep_name(ep)
+    canonical = resolve_ep(ep).ort_name
     installed = installed_ort_version()
     if prefer_live and (ort_version is None or _same_release(ort_version, installed)):
         try:

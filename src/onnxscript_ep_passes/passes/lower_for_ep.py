@@ -55,7 +55,6 @@ Rules the pass follows:
 from __future__ import annotations
 
 __all__ = [
-    "CPU_EPS",
     "MEASURE_TOP",
     "EpLoweringChoice",
     "EpLoweringResult",
@@ -81,8 +80,8 @@ from onnxscript_ep_passes.ep.cost import (
 from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.measure import CandidateMeasurement
-from onnxscript_ep_passes.ep.names import CPU_EP, canonical_ep_name
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
+from onnxscript_ep_passes.ep.profiles import resolve_ep
 from onnxscript_ep_passes.ep.table_choice import release_assumed
 from onnxscript_ep_passes.ep.table_source import MEASURED_ONLY, resolve_table
 from onnxscript_ep_passes.errors import DowngradeError
@@ -105,8 +104,6 @@ from onnxscript_ep_passes.progress import track
 from onnxscript_ep_passes.verdict import verdict
 
 logger = logging.getLogger(__name__)
-
-CPU_EPS = frozenset({CPU_EP})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -414,7 +411,8 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
     ) -> None:
         super().__init__()
         self.lowest_opset = lowest_opset_of(lowest_opset, target_opset)
-        self.ep = canonical_ep_name(ep)
+        self.profile = resolve_ep(ep)
+        self.ep = self.profile.ort_name
         self.ort_version = ort_version
         self.target_opset = target_opset
         self.table = table
@@ -424,7 +422,7 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
         self.kernel_table = kernel_table
 
     def call(self, model: ir.Model) -> EpLoweringResult:
-        if self.ep in CPU_EPS:
+        if self.profile.is_host:
             logger.debug("%s runs every opset: nothing to lower", self.ep)
             return EpLoweringResult(model, False)
         table = self.table
