@@ -401,16 +401,25 @@ def test_report_states_an_assumed_ort_release(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = _opset24_decoder_like(tmp_path)
+    # No release named: the installed ORT (1.32) is the one asked for; CUDA cannot be
+    # listed here, so the nearest shipped release at or below it is assumed.
     verdict, note, *_ = _stdout(capsys, "report", str(path), "--ep", "cuda").splitlines()
-    assert "on CUDA (ORT main-2026-09 assumed, snapshot cuda-ort-main-2026-09)" in verdict
-    assert note.startswith("note: no ORT release given, so ORT main-2026-09 is assumed")
+    assert "on CUDA (ORT 1.31 assumed, snapshot cuda-ort-1.31)" in verdict
+    assert note.startswith("note: no ORT release given, so ORT 1.31 is assumed")
     report = json.loads(_stdout(capsys, "report", str(path), "--ep", "cuda", "--json"))
-    assert report["ort_version_assumed"] is True
+    assert report["ort_version_assumed"] is True and report["ort_version_requested"] is None
     assert (report["schema_version"], report["model"]) == (1, str(path))  # the path given
     named = json.loads(
         _stdout(capsys, "report", str(path), "--ep", "cuda", "--ort-version", "1.24", "--json")
     )
-    assert named["ort_version_assumed"] is False
+    assert named["ort_version_assumed"] is False and named["ort_version_requested"] == "1.24"
+    # A release newer than every shipped table: the nearest one below, and it says so.
+    args = ("report", str(path), "--ep", "cuda", "--ort-version", "1.33")
+    verdict, note, *_ = _stdout(capsys, *args).splitlines()
+    assert "on CUDA (ORT 1.31 assumed, snapshot cuda-ort-1.31)" in verdict
+    assert note.startswith("note: no CUDA table of ORT 1.33 is shipped, so ORT 1.31 is assumed")
+    newer = json.loads(_stdout(capsys, *args, "--json"))
+    assert (newer["ort_version_assumed"], newer["ort_version_requested"]) == (True, "1.33")
 
 
 def _many_reshapes(tmp_path: Path) -> Path:

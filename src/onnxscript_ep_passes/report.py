@@ -6,7 +6,7 @@
 
     {"schema_version": 1,
      "model": the path given (or the graph's name),
-     "ep", "ort_version", "ort_version_assumed", "table_source",
+     "ep", "ort_version", "ort_version_assumed", "ort_version_requested", "table_source",
      "objective": {"kind": "estimate" | "measured", "dims": {name: size},
                    "rates": {...}},
      "candidates": [{"opset", "legalized",
@@ -44,8 +44,9 @@ keeps on CPU on purpose (small shape computations) carry ``"shape_computation": 
 and are not counted as fallback. ``decisions`` has one entry per node that falls back at
 the source or at the chosen opset: what the pass does about it and why. ``model`` is the
 name the caller gives (the file name, from the command line) or the graph's name;
-``ort_version_assumed`` is true when no ORT release was named and the table is a shipped
-snapshot (the prediction is for a release the user may not run).
+``ort_version_assumed`` is true when the table is a shipped snapshot of another release
+than the one named (``ort_version_requested``; null when none was named): the prediction
+is for a release the user may not run.
 
 The text form is :mod:`~onnxscript_ep_passes.report_text`'s (:func:`format_report`,
 :func:`print_report`, :func:`render_report`, re-exported here).
@@ -79,6 +80,7 @@ from onnxscript_ep_passes.ep.cost import PlacementCost
 from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.placement import NodePlacement, PlacementPrediction
+from onnxscript_ep_passes.ep.table_choice import release_assumed
 from onnxscript_ep_passes.ep.table_source import resolve_table
 from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringChoice, choose_target_opset
 from onnxscript_ep_passes.report_text import WIDTH, format_report, print_report, render_report
@@ -201,6 +203,7 @@ def choice_report(
         "ep": choice.ep,
         "ort_version": choice.ort_version,
         "ort_version_assumed": choice.ort_version_assumed,
+        "ort_version_requested": choice.ort_version_requested,
         "table_source": choice.table_source,
         "objective": {
             "kind": "measured" if choice.measured else "estimate",
@@ -243,7 +246,7 @@ def placement_report(
     ``report`` command's default) runs the model, and when it fails the candidates, in
     real ORT sessions and fills ``runs`` (:func:`~onnxscript_ep_passes.run_check.run_check`).
     """
-    assumed = table is None and ort_version is None and kernel_table is None
+    given = table is not None or kernel_table is not None
     if table is None:
         table = resolve_table(ep, ort_version, kernel_table=kernel_table, measure=measure)
     choice = choose_target_opset(
@@ -255,8 +258,11 @@ def placement_report(
         dims=dims,
         measure=measure,
     )
-    if assumed and not table.source.startswith("live:"):
-        choice = dataclasses.replace(choice, ort_version_assumed=True)
+    choice = dataclasses.replace(
+        choice,
+        ort_version_assumed=not given and release_assumed(table, ort_version),
+        ort_version_requested=ort_version,
+    )
     report = choice_report(model, choice, model_name=model_name or model.graph.name)
     if check_runs:
         from onnxscript_ep_passes.run_check import run_check

@@ -287,14 +287,20 @@ def render_report(
     )
     parts: list[RenderableType] = [verdict_line]
     if report.get("ort_version_assumed"):
-        parts.append(
-            Text(
-                f"note: no ORT release given, so ORT {report['ort_version']} is assumed for "
-                f"{ep_display_name(report['ep'])} (its shipped table); the prediction can "
-                "differ for yours: pass --ort-version",
-                style="yellow",
+        ep_name, requested = ep_display_name(report["ep"]), report.get("ort_version_requested")
+        if requested:
+            note = (
+                f"note: no {ep_name} table of ORT {requested} is shipped, so ORT "
+                f"{report['ort_version']} is assumed (the nearest shipped release at or below "
+                "it, or the oldest); the prediction can differ for yours"
             )
-        )
+        else:
+            note = (
+                f"note: no ORT release given, so ORT {report['ort_version']} is assumed for "
+                f"{ep_name} (its shipped table); the prediction can differ for yours: pass "
+                "--ort-version"
+            )
+        parts.append(Text(note, style="yellow"))
     parts += _runs(report)
     ops_in_model = collections.Counter(
         (n["op_type"], n["domain"]) for n in report["before"]["nodes"]

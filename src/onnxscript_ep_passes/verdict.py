@@ -21,7 +21,8 @@ Rules:
   shape-math part is left out when there is none on either side.
 - The kernel table is always named: ``live table`` (listed from the installed ORT) or the
   shipped snapshot; an ORT release the caller did not ask for is marked ``assumed``, so a
-  prediction made from a default is never mistaken for one about the user's ORT.
+  prediction made from a default is never mistaken for one about the user's ORT; a
+  snapshot not taken from an ORT release says so (``(not from a release)``).
 - Nothing changed reads as such (``opset 24 kept``), never as ``opset 24 -> 24``.
 - The EP is named as people say it, by its profile's display name (``CUDA``,
   ``DirectML``, ``WebGPU``), not as ORT's class name.
@@ -52,11 +53,14 @@ def ep_display_name(ep: str) -> str:
 
 def table_label(ort_version: str, source: str, *, assumed: bool = False) -> str:
     """``"ORT 1.32, live table"``, ``"ORT 1.24, snapshot cuda-ort-1.24"``; with
-    ``assumed``: ``"ORT main-2026-09 assumed, snapshot ..."``."""
+    ``assumed``: ``"ORT main-2026-09 assumed, snapshot ..."``; a snapshot that names no
+    release keeps the mark its source carries: ``"snapshot dml-ort-1.24 (not from a
+    release)"``."""
     if source.startswith("live:"):
         kind = "live table"
     elif source.startswith("snapshot:"):
-        kind = "snapshot " + source.removeprefix("snapshot:").removesuffix(".tsv")
+        # "snapshot:<name>.tsv", with " (not from a release)" after it when it is not
+        kind = "snapshot " + source.removeprefix("snapshot:").replace(".tsv", "", 1)
     else:
         kind = source
     return f"ORT {ort_version}{' assumed' if assumed else ''}, {kind}"

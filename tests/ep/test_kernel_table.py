@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,16 +21,22 @@ from onnxscript_ep_passes.ep.snapshots import (
     parse_snapshot,
     write_snapshot,
 )
-from onnxscript_ep_passes.ep.table_choice import get_table
+from onnxscript_ep_passes.ep.table_choice import get_table, release_assumed
+
+CUDA_RELEASES = [f"1.{minor}" for minor in range(19, 32)]
+"""The release lines of onnxruntime-gpu shipped as tables listed from their wheels."""
+
+DML_RELEASES = ["1.16", "1.17", "1.18", "1.19", "1.20", "1.21", "1.22", "1.23", "1.24"]
+"""The onnxruntime-directml release lines read from their Windows libraries."""
 
 SHIPPED = {
     "cuda-ort-1.16": ("CUDAExecutionProvider", "1.16"),
-    "cuda-ort-1.24": ("CUDAExecutionProvider", "1.24"),
+    **{f"cuda-ort-{line}": ("CUDAExecutionProvider", line) for line in CUDA_RELEASES},
     "cuda-ort-main-2026-09": ("CUDAExecutionProvider", "main-2026-09"),
-    "dml-ort-1.16": ("DmlExecutionProvider", "1.16"),
-    "dml-ort-1.24": ("DmlExecutionProvider", "1.24"),
+    **{f"dml-ort-{line}": ("DmlExecutionProvider", line) for line in DML_RELEASES},
     "webgpu-ort-1.32": ("WebGpuExecutionProvider", "1.32.0"),
 }
+NOT_RELEASES = {"cuda-ort-1.16", "cuda-ort-main-2026-09"}
 
 
 def _table(*rows: tuple[str, str, int, int | None, dict[str, list[str]] | None]) -> KernelTable:
@@ -132,19 +139,84 @@ def test_shipped_snapshots_and_provenance() -> None:
     for name, (ep, version) in SHIPPED.items():
         table = load_snapshot(name)
         assert (table.ep, table.ort_version) == (ep, version)
-        assert table.source == f"snapshot:{name}.tsv"
+        marked = f"snapshot:{name}.tsv {snapshots.NOT_A_RELEASE}"
+        assert table.source == (marked if name in NOT_RELEASES else f"snapshot:{name}.tsv")
         meta = json.loads(snapshots._data_dir().joinpath(f"{name}.json").read_text())
         assert meta["kernels"] == len(table), name
         assert infos[name].source  # where the rows came from
-        assert table.has_type_constraints == (ep == "WebGpuExecutionProvider")
+        typed = name not in NOT_RELEASES and ep != "DmlExecutionProvider"
+        assert table.has_type_constraints == typed, name
     assert load_snapshot("cuda-ort-1.24.tsv") is load_snapshot("cuda-ort-1.24")
     assert load_snapshot("webgpu-ort-1.32").ep_version == "0.4.0"
     with pytest.raises(ValueError, match="shipped"):
         load_snapshot("cuda-ort-9.99")
 
 
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_every_snapshot_names_its_release_or_says_it_has_none(name: str) -> None:
+    """A table from a release names its tag and the commit ORT's build info gives; one that
+    cannot be tied to a release says so in its notes and in every verdict (its source)."""
+    meta = json.loads(snapshots._data_dir().joinpath(f"{name}.json").read_text())
+    if meta["commit"] is None:  # only a build that records none
+        assert "names no commit" in meta["notes"], name
+    else:
+        assert re.fullmatch(r"[0-9a-f]{7,40}", meta["commit"]), name
+    if name in NOT_RELEASES:
+        assert meta["release"] is None and meta["notes"].startswith("Not from a release")
+        assert load_snapshot(name).source.endswith(snapshots.NOT_A_RELEASE)
+        return
+    tag = meta["release"]
+    assert re.fullmatch(r"v\d+\.\d+\.\d+", tag), name
+    line = ".".join(tag[1:].split(".")[:2])
+    assert meta["ort_version"].startswith(line), (name, tag)
+    if meta["ep"] == "DmlExecutionProvider":
+        # read from the release's Windows library; the few ops DirectML registers by code
+        # (not in its static table) are carried from a transcription, and listed
+        assert meta["package"] == f"onnxruntime-directml=={tag[1:]}"
+        assert re.fullmatch(r"[0-9a-f]{64}", meta["wheel_sha256"])
+        carried = {row.split()[0] for row in meta["carried_rows"]}
+        by_code = {"If", "DFT", "STFT", "GridSample", "OptionalGetElement", "OptionalHasElement"}
+        sequence = ("At", "Construct", "Empty", "Erase", "Insert", "Length")
+        assert carried <= by_code | {f"Sequence{what}" for what in sequence}, carried
+        assert meta["carried_from"].startswith("transcribed: microsoft/onnxruntime docs/")
+    if meta["ep"] == "CUDAExecutionProvider":
+        # listed from the release's own wheel; other patch releases of the line compared
+        assert meta["package"] == f"onnxruntime-gpu=={tag[1:]}"
+        assert re.fullmatch(r"[0-9a-f]{64}", meta["wheel_sha256"])
+        assert f"git-commit-id={meta['commit']}" in meta["build_info"]
+        for other, verdict in meta["other_releases"].items():
+            assert other.startswith(f"{line}.") and other != tag[1:], (name, other)
+            assert verdict == "same kernels" or verdict.startswith("differs: "), (name, other)
+
+
+def test_cuda_124_is_the_release_not_main() -> None:
+    """onnxruntime-gpu 1.24 has no Resize-19, GridSample-20 or ReduceMax-20 (ultralytics
+    PR 25915, onnx issue 7747: Memcpy around every Resize at opset >= 19 on 1.24.3); the
+    main-branch table that used to ship as 1.24 listed Resize 19+ and GridSample [20, 21]."""
+    t = load_snapshot("cuda-ort-1.24")
+    float32 = {"T": "tensor(float)", "T1": "tensor(float)"}
+    for op, have, lacks in (("Resize", 18, 19), ("GridSample", 16, 20), ("ReduceMax", 18, 20)):
+        assert t.supports("", op, have, float32), op
+        assert not t.supports("", op, lacks, float32), op
+    assert json.loads(snapshots._data_dir().joinpath("cuda-ort-1.24.json").read_text())[
+        "other_releases"
+    ] == {"1.24.1": "same kernels"}
+
+
+def test_later_cuda_releases_add_the_kernels() -> None:
+    """The first release line with each kernel the 1.24 release lacks."""
+    first = {}
+    for op, since in (("Resize", 19), ("GridSample", 20), ("ReduceMax", 20)):
+        first[op] = next(
+            line
+            for line in CUDA_RELEASES
+            if load_snapshot(f"cuda-ort-{line}").supports("", op, since)
+        )
+    assert first == {"Resize": "1.25", "GridSample": "1.25", "ReduceMax": "1.27"}
+
+
 def test_snapshot_facts_from_the_audit() -> None:
-    """Spot checks of the transcribed tables against ORT issue 27729's audit."""
+    """Spot checks of the tables against ORT issue 27729's audit of 1.24."""
     cuda124 = load_snapshot("cuda-ort-1.24")
     assert cuda124.supports("", "Flatten", 13) and not cuda124.supports("", "Flatten", 21)
     assert not cuda124.supports("", "ConstantOfShape", 20)
@@ -155,6 +227,19 @@ def test_snapshot_facts_from_the_audit() -> None:
     dml = load_snapshot("dml-ort-1.24")
     assert all(r.end is None for rs in dml.ranges.values() for r in rs)
     assert dml.supports("", "Reshape", 21) and not dml.supports("", "Reshape", 23)
+
+
+def test_dml_releases_differ_where_their_libraries_do() -> None:
+    """1.20's static registrations lack the opset-21 kernels 1.21 added; 1.21 to 1.24 read
+    the same; every DirectML range is open."""
+    d120, d121 = load_snapshot("dml-ort-1.20"), load_snapshot("dml-ort-1.21")
+    added = {(op, r.start) for (_, op), rs in d121.ranges.items() for r in rs} - {
+        (op, r.start) for (_, op), rs in d120.ranges.items() for r in rs
+    }
+    assert ("Transpose", 21) in added and ("Flatten", 21) in added and len(added) == 9
+    for line in ("1.22", "1.23", "1.24"):
+        assert dict(load_snapshot(f"dml-ort-{line}").ranges) == dict(d121.ranges), line
+    assert load_snapshot("dml-ort-1.24").has_op("com.microsoft", "GroupQueryAttention")
 
 
 def test_webgpu_snapshot_facts() -> None:
@@ -187,23 +272,33 @@ def test_parse_snapshot_rejects_bad_header() -> None:
 
 
 @pytest.mark.parametrize(
-    ("ep", "version", "expected"),
+    ("ep", "version", "expected", "assumed"),
     [
-        ("cuda", "1.24", "cuda-ort-1.24"),
-        ("cuda", "1.24.3", "cuda-ort-1.24"),
-        ("cuda", "1.26.0", "cuda-ort-1.24"),  # newest not newer
-        ("cuda", "1.20", "cuda-ort-1.16"),
-        ("cuda", "1.10", "cuda-ort-1.16"),  # all newer: the oldest
-        ("cuda", "main-2026-09", "cuda-ort-main-2026-09"),
-        ("cuda", "1.27.1", "cuda-ort-1.24"),  # main after 1.27 is newer than 1.27.x
-        ("cuda", "1.28", "cuda-ort-main-2026-09"),
-        ("directml", "1.24.1", "dml-ort-1.24"),
-        ("DmlExecutionProvider", "1.17", "dml-ort-1.16"),
+        ("cuda", "1.24", "cuda-ort-1.24", False),
+        ("cuda", "1.24.3", "cuda-ort-1.24", False),
+        ("cuda", "1.20.2", "cuda-ort-1.20", False),
+        ("cuda", "1.26.0", "cuda-ort-1.26", False),
+        ("cuda", "1.31.1", "cuda-ort-1.31", False),
+        ("cuda", "1.32", "cuda-ort-1.31", True),  # newest not newer
+        ("cuda", "2.0", "cuda-ort-1.31", True),
+        ("cuda", "1.19", "cuda-ort-1.19", False),
+        ("cuda", "1.18", "cuda-ort-1.16", True),
+        ("cuda", "1.10", "cuda-ort-1.16", True),  # all newer: the oldest
+        ("cuda", "main-2026-09", "cuda-ort-main-2026-09", False),
+        ("cuda", "1.27.1", "cuda-ort-1.27", False),  # main after 1.27 is newer than 1.27.x
+        ("cuda", "1.28", "cuda-ort-1.28", False),
+        ("directml", "1.24.1", "dml-ort-1.24", False),
+        ("DmlExecutionProvider", "1.17", "dml-ort-1.17", False),
+        ("DmlExecutionProvider", "1.15", "dml-ort-1.16", True),
+        ("dml", "1.21.0", "dml-ort-1.21", False),
+        ("dml", "1.31", "dml-ort-1.24", True),
     ],
 )
-def test_get_table_nearest_snapshot(ep: str, version: str, expected: str) -> None:
+def test_get_table_nearest_snapshot(ep: str, version: str, expected: str, assumed: bool) -> None:
     table = get_table(ep, version)
-    assert table.source == f"snapshot:{expected}.tsv"
+    assert table.source.removesuffix(f" {snapshots.NOT_A_RELEASE}") == f"snapshot:{expected}.tsv"
+    assert release_assumed(table, version) is assumed
+    assert release_assumed(table, None)  # a shipped table with no release named
 
 
 def test_get_table_without_live_uses_snapshot_for_installed_version() -> None:
@@ -226,6 +321,7 @@ def test_live_cpu_table() -> None:
     assert table.ort_version == ort.__version__
     assert table.has_type_constraints and table.supports("", "Relu", 14, {"T": "tensor(float)"})
     assert get_table("cpu") is table
+    assert not release_assumed(table, None)
 
 
 def _cuda_listable() -> bool:

@@ -447,9 +447,10 @@ def test_report_shows_decisions() -> None:
 
 @pytest.mark.torch
 @pytest.mark.filterwarnings("ignore::FutureWarning")
-@pytest.mark.parametrize("ort_version", ["1.24", "main-2026-09"])
+@pytest.mark.parametrize("ort_version", ["1.25", "main-2026-09"])
 @pytest.mark.parametrize("opset", [23, 24])
 def test_cuda_keeps_attention(ort_version: str, opset: int) -> None:
+    # CUDA registers ai.onnx Attention from 1.25 on (1.24 has none: see below).
     from tests.torch_models import export_proto
 
     model = ir.from_proto(export_proto("llama", opset))
@@ -460,3 +461,19 @@ def test_cuda_keeps_attention(ort_version: str, opset: int) -> None:
     assert _ops(model)["Attention"] == 2
     assert not any(d.op_type == "Attention" and d.decision != "lower" for d in choice.decisions)
     assert not choice.after.fallback_nodes
+
+
+@pytest.mark.torch
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_cuda_124_expands_attention() -> None:
+    # onnxruntime-gpu 1.24 registers no ai.onnx Attention: the search expands it (its ONNX
+    # function body) rather than leave it on CPU, and nothing falls back.
+    from tests.torch_models import export_proto
+
+    model = ir.from_proto(export_proto("llama", 24))
+    table = get_table("cuda", "1.24")
+    assert not table.supports("", "Attention", 23) and not table.supports("", "Attention", 24)
+    choice = _choice(LowerOpsetForEpPass("cuda", table=table), model)
+    assert choice.legalized and _ops(model)["Attention"] == 0
+    assert any(d.op_type == "Attention" and d.decision == "expand" for d in choice.decisions)
+    assert not choice.after.fallback_nodes and choice.after.memcpy == 0

@@ -5,14 +5,20 @@ Rules:
 - A snapshot is ``<name>.tsv`` (columns ``domain op start end [type_constraints]`` with a
   header; ``end`` is ``inf`` for an open range; lines starting with ``#`` are comments)
   plus ``<name>.json`` recording the EP, ORT version, where it came from and notes.
+- Provenance names the release: ``release`` is the tag of the ORT release the rows were
+  listed or transcribed from (``"v1.24.4"``) and ``commit`` the commit it was built from;
+  a table that cannot be tied to a release has ``release: null`` and says so in its
+  ``notes``.
 - Shipped snapshots live under ``ep/data`` (see its README); :func:`load_snapshot` loads
-  one by name and records ``"snapshot:<name>.tsv"`` as the table's source. Loaded tables
-  are cached for the life of the process.
+  one by name and records ``"snapshot:<name>.tsv"`` as the table's source, followed by
+  :data:`NOT_A_RELEASE` when the snapshot names no release, so every verdict made with it
+  says so. Loaded tables are cached for the life of the process.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "NOT_A_RELEASE",
     "SnapshotInfo",
     "available_snapshots",
     "load_snapshot",
@@ -32,6 +38,8 @@ from typing import Any
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 
 _SNAPSHOT_HEADER = ("domain", "op", "start", "end")
+NOT_A_RELEASE = "(not from a release)"
+"""Appended to the source of a snapshot whose provenance names no release."""
 _TYPES_COLUMN = "type_constraints"
 
 
@@ -46,10 +54,18 @@ class SnapshotInfo:
     ep_version: str | None = None
     after_release: str | None = None
     notes: str = ""
+    release: str | None = None
+    commit: str | None = None
 
     @property
     def file(self) -> str:
         return f"{self.name}.tsv"
+
+    @property
+    def table_source(self) -> str:
+        """The loaded table's source: ``snapshot:<file>``, marked when not a release."""
+        tail = "" if self.release else f" {NOT_A_RELEASE}"
+        return f"snapshot:{self.file}{tail}"
 
 
 def _data_dir() -> Any:
@@ -217,9 +233,12 @@ def write_snapshot(
     notes: str = "",
     *,
     after_release: str | None = None,
+    provenance: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write ``<name>.tsv`` and its provenance ``<name>.json`` into ``directory``.
 
+    ``provenance`` adds fields to the JSON (``release``, ``commit``, and whatever else
+    ties the rows to their origin); ``release`` and ``commit`` are null unless given.
     Returns the TSV path. Type constraints are written when the table has them.
     """
     directory = Path(directory)
@@ -244,6 +263,9 @@ def write_snapshot(
         "kernels": len(table),
         "has_type_constraints": with_types,
         "after_release": after_release,
+        "release": None,
+        "commit": None,
+        **(provenance or {}),
         "notes": notes,
     }
     (directory / f"{name}.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
@@ -266,6 +288,8 @@ def available_snapshots() -> list[SnapshotInfo]:
                 ep_version=meta.get("ep_version"),
                 after_release=meta.get("after_release"),
                 notes=meta.get("notes", ""),
+                release=meta.get("release"),
+                commit=meta.get("commit"),
             )
         )
     return sorted(infos, key=lambda i: i.name)
@@ -275,8 +299,9 @@ def available_snapshots() -> list[SnapshotInfo]:
 def load_snapshot(name: str) -> KernelTable:
     """Load a shipped snapshot by name (``"cuda-ort-1.24"``; a ``.tsv`` suffix is accepted).
 
-    The table's :attr:`~KernelTable.source` is ``"snapshot:<name>.tsv"``; its EP and ORT
-    version come from the sidecar JSON.
+    The table's :attr:`~KernelTable.source` is ``"snapshot:<name>.tsv"`` (followed by
+    :data:`NOT_A_RELEASE` when its provenance names no release); its EP and ORT version
+    come from the sidecar JSON.
 
     Raises:
         ValueError: No snapshot of that name; the message lists the shipped ones.
@@ -295,6 +320,6 @@ def _load_snapshot(stem: str) -> KernelTable:
         text,
         ep=info.ep,
         ort_version=info.ort_version,
-        source=f"snapshot:{info.file}",
+        source=info.table_source,
         ep_version=info.ep_version,
     )

@@ -9,6 +9,10 @@ Rules (:func:`get_table`):
    exactly the requested version string, else the newest not newer than the requested
    release line, else the oldest. A ``main-*`` snapshot sorts right after the release
    named by its ``after_release``.
+4. A prediction made with a shipped snapshot *assumes* an ORT release
+   (:func:`release_assumed`) when the caller named none, or named one whose release line
+   the snapshot is not (``--ort-version 1.32`` with only tables up to 1.31): the verdict
+   and the report then say which release was assumed.
 
 Versions are parsed with ``packaging.version``; only the snapshot names of ORT's main
 branch (``main-2026-09``), which are not versions, are ordered by hand (rule 3).
@@ -16,7 +20,7 @@ branch (``main-2026-09``), which are not versions, are ordered by hand (rule 3).
 
 from __future__ import annotations
 
-__all__ = ["get_table"]
+__all__ = ["get_table", "release_assumed"]
 
 import logging
 
@@ -66,6 +70,22 @@ def _same_release(requested: str, installed: str) -> bool:
     if wanted is None or have is None:
         return False
     return have.release[: len(wanted.release)] == wanted.release
+
+
+def release_assumed(table: KernelTable, requested: str | None) -> bool:
+    """Whether predicting with ``table`` assumes an ORT release the caller did not name
+    (rule 4): ``table`` is a shipped snapshot and ``requested`` is None, or names another
+    release line than the snapshot's (``"1.24.3"`` is the ``1.24`` line; a ``main-*``
+    snapshot is only the release it is named for)."""
+    if not table.source.startswith("snapshot:"):
+        return False
+    if requested is None:
+        return True
+    if requested == table.ort_version:
+        return False
+    if _version(requested) is None or _version(table.ort_version) is None:
+        return True
+    return _release_line(requested) != _release_line(table.ort_version)
 
 
 def get_table(

@@ -85,6 +85,7 @@ from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.measure import CandidateMeasurement
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
 from onnxscript_ep_passes.ep.profiles import resolve_ep
+from onnxscript_ep_passes.ep.table_choice import release_assumed
 from onnxscript_ep_passes.ep.table_source import MEASURED_ONLY, resolve_table
 from onnxscript_ep_passes.errors import DowngradeError
 from onnxscript_ep_passes.lowering.lower_opset import (
@@ -130,8 +131,10 @@ class EpLoweringChoice:
         dims: The sizes the estimate gave the symbolic dimensions.
         measured: With ``measure``, the real session's figures per ``(opset, legalized)``
             candidate measured.
-        ort_version_assumed: The caller named no ORT release and the table is a shipped
-            snapshot (not listed from the installed ORT): ``ort_version`` is a default.
+        ort_version_assumed: The table is a shipped snapshot of another release than the
+            caller named, or the caller named none: ``ort_version`` is assumed
+            (:func:`~onnxscript_ep_passes.ep.table_choice.release_assumed`).
+        ort_version_requested: The release the caller named (None when none was).
         lowest_opset: The lowest opset the search was allowed to weigh (18, or the
             caller's bound).
         replaced: Per ``(opset, legalized)`` candidate, the model's nodes it replaces:
@@ -157,6 +160,7 @@ class EpLoweringChoice:
     measured: dict[tuple[int, bool], CandidateMeasurement] = dataclasses.field(default_factory=dict)
     ort_version_assumed: bool = False
     lowest_opset: int = MIN_TARGET_OPSET
+    ort_version_requested: str | None = None
     replaced: dict[tuple[int, bool], int] = dataclasses.field(default_factory=dict)
     replaced_nodes: frozenset[ir.Node] = frozenset()
     expanded_nodes: frozenset[ir.Node] = frozenset()
@@ -460,8 +464,12 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
         choice, legalized_model, _ = _search(
             model, table, self.target_opset, self.lowest_opset, self.legalize, settings
         )
-        if self.table is None and self.ort_version is None and not table.source.startswith("live:"):
-            choice = dataclasses.replace(choice, ort_version_assumed=True)
+        given = self.table is not None or self.kernel_table is not None
+        choice = dataclasses.replace(
+            choice,
+            ort_version_assumed=not given and release_assumed(table, self.ort_version),
+            ort_version_requested=self.ort_version,
+        )
         modified = False
         if legalized_model is not None:
             adopt(model, legalized_model)
