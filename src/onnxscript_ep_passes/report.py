@@ -32,7 +32,7 @@
 highest opset first, plain before legalized; ``changes`` says what each does to the model
 (its opset import lowered, the model's nodes it replaces, those legalization expands). In
 ``before`` each node's ``done`` says what the chosen candidate does to it
-(:meth:`~onnxscript_ep_passes.passes.lower_for_ep.EpLoweringChoice.done_to`; null in
+(:func:`done_to`; null in
 ``after``). ``falls_back`` and ``shape_math`` split the nodes on CPU as the verdict does
 (:mod:`~onnxscript_ep_passes.verdict`). ``predicted.cost`` is the EP objective's
 estimate in microseconds (:mod:`~onnxscript_ep_passes.ep.cost`), ``memcpy_bytes``
@@ -58,6 +58,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "WIDTH",
     "choice_report",
+    "done_to",
     "format_report",
     "package_schema",
     "placement_report",
@@ -106,6 +107,20 @@ def report_schema() -> dict[str, Any]:
     return package_schema("report.schema.json")
 
 
+def done_to(choice: EpLoweringChoice, node: ir.Node) -> str:
+    """What ``choice``'s chosen candidate does to the model's ``node``: ``"expanded_for_ep"``
+    (legalization), ``"replaced"`` (rewritten or expanded by the lowering's adapters),
+    ``"relabelled"`` (a default-domain node that resolves at the lower opset, its
+    attributes possibly edited) or ``"kept"``."""
+    if node in choice.expanded_nodes:
+        return "expanded_for_ep"
+    if node in choice.replaced_nodes:
+        return "replaced"
+    if choice.chosen_opset < choice.source_opset and node.domain in ("", "ai.onnx"):
+        return "relabelled"
+    return "kept"
+
+
 def _side(
     opset: int,
     prediction: PlacementPrediction,
@@ -119,7 +134,7 @@ def _side(
     def done(n: NodePlacement) -> str | None:
         if choice is None or n.node is None or n.inserted_by_ort:
             return None
-        return choice.done_to(n.node)
+        return done_to(choice, n.node)
 
     return {
         "opset": opset,

@@ -165,19 +165,6 @@ class EpLoweringChoice:
     replaced_nodes: frozenset[ir.Node] = frozenset()
     expanded_nodes: frozenset[ir.Node] = frozenset()
 
-    def done_to(self, node: ir.Node) -> str:
-        """What the chosen candidate does to the model's ``node``: ``"expanded_for_ep"``
-        (legalization), ``"replaced"`` (rewritten or expanded by the lowering's adapters),
-        ``"relabelled"`` (a default-domain node that resolves at the lower opset, its
-        attributes possibly edited) or ``"kept"``."""
-        if node in self.expanded_nodes:
-            return "expanded_for_ep"
-        if node in self.replaced_nodes:
-            return "replaced"
-        if self.chosen_opset < self.source_opset and node.domain in ("", "ai.onnx"):
-            return "relabelled"
-        return "kept"
-
     @property
     def before(self) -> PlacementPrediction:
         return self.predictions[self.source_opset]
