@@ -7,6 +7,9 @@ Rules (see ``model_io``'s docstring for the whole contract):
   a name the old OUT does not use), then the graph, then removes data files named after
   OUT that the new graph does not use. A clean failure leaves nothing behind.
 * Copies never read past the end they are given.
+* **Every graph written is checked** (:func:`~.output_check.check_output`: onnx's
+  checker with ``full_check``) before it is staged, so an OUT that fails the checker is
+  never moved into place.
 * A staging directory is flock'ed by its writer for its whole life. A run killed before
   its cleanup leaves its directory unlocked; the next writer to the same OUT removes such
   abandoned ``.OUT.<8 hex>.tmp/`` directories (creation and the scan both happen under the
@@ -31,6 +34,7 @@ from pathlib import Path
 import onnx
 
 from onnxscript_ep_passes._onnx import point_external_data
+from onnxscript_ep_passes.output_check import check_output
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +103,7 @@ class Stage:
             data = proto.SerializeToString()
         except ValueError as error:  # protobuf's 2 GB limit
             raise ValueError(f"cannot serialize the model: {_one_line(error)}") from None
+        check_output(proto, self.out, data)
         with open(self.graph, "wb") as file:
             file.write(data)
             file.flush()
@@ -120,6 +125,13 @@ class Stage:
             dst.flush()
             os.fsync(dst.fileno())
         return True
+
+    def check_graph(self) -> None:
+        """Check the staged graph written by another writer (:func:`check_output`)."""
+        data = self.graph.read_bytes()
+        proto = onnx.ModelProto()
+        proto.ParseFromString(data)
+        check_output(proto, self.out, data)
 
     def sync(self, name: str) -> None:
         fd = os.open(self.path / name, os.O_RDONLY)

@@ -6,8 +6,9 @@ Rules:
   logger already has handlers (an application or pytest configured logging first).
 * This package's records pass from INFO (WARNING with ``-q``, DEBUG with ``-v``); the
   libraries' (onnxscript, onnx-ir, ...) only from WARNING, from INFO with ``-v`` and all
-  with ``-vv``. Call stacks that libraries attach to log records are shown only with
-  ``-vv``: no traceback-like text reaches a user who did not ask for it.
+  with ``-vv``. Call stacks and tracebacks that libraries attach to log records (onnx-ir
+  logs a caught exception's traceback with its warning) are shown only with ``-vv``: no
+  traceback-like text reaches a user who did not ask for it.
 """
 
 from __future__ import annotations
@@ -28,13 +29,21 @@ class _StderrPolicy(logging.Filter):
         self.own, self.others = own, others
 
     def filter(self, record: logging.LogRecord) -> bool:
-        name = record.name
-        mine = name == _PACKAGE or name.startswith(_PACKAGE + ".")
-        return record.levelno >= (self.own if mine else self.others)
+        return record.levelno >= (self.own if _mine(record.name) else self.others)
+
+
+def _mine(name: str) -> bool:
+    return name == _PACKAGE or name.startswith(_PACKAGE + ".")
 
 
 class _NoStacks(logging.Formatter):
-    """Log lines without the call stacks some libraries attach to INFO records."""
+    """Log lines without the call stacks some libraries attach to INFO records, nor the
+    tracebacks they attach to warnings (this package's ``-v`` traceback stays)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.exc_info and not _mine(record.name):
+            record = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
+        return super().format(record)
 
     def formatStack(self, stack_info: str) -> str:  # noqa: N802 (logging.Formatter API)
         return ""
