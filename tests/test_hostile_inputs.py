@@ -162,6 +162,28 @@ def _opset_twice() -> onnx.ModelProto:
     return model
 
 
+def _swish_with(edit: Callable[[onnx.ModelProto], object]) -> Callable[[], bytes]:
+    """The Swish model with one field the checker requires broken by ``edit``."""
+
+    def build() -> bytes:
+        model = _swish()
+        edit(model)
+        return model.SerializeToString()
+
+    return build
+
+
+def _twice_metadata(model: onnx.ModelProto) -> None:
+    model.metadata_props.add(key="author", value="a")
+    model.metadata_props.add(key="author", value="b")
+
+
+def _string_raw_data(model: onnx.ModelProto) -> None:
+    strings = oh.make_tensor("s", TensorProto.STRING, [1], [b"a"])
+    strings.raw_data = b"abc"
+    model.graph.initializer.append(strings)
+
+
 _TRUNCATED = _swish().SerializeToString()[:-9]
 
 # name -> (file contents, words the one-line error must contain)
@@ -219,6 +241,30 @@ MALFORMED: dict[str, tuple[Callable[[], bytes], str]] = {
         "local function 'local::F' is defined twice",
     ),
     "opset-imported-twice": (lambda: _opset_twice().SerializeToString(), "imports ai.onnx twice"),
+    "graph-without-name": (_swish_with(lambda m: m.graph.ClearField("name")), "has no name"),
+    "node-without-op-type": (
+        _swish_with(lambda m: m.graph.node[0].ClearField("op_type")),
+        "node 'swish' () in graph 'test_graph' has no op_type",
+    ),
+    "initializer-without-name": (
+        _swish_with(lambda m: m.graph.initializer.append(numpy_helper.from_array(np.ones(2)))),
+        "initializer #0 in graph 'test_graph' has no name",
+    ),
+    "input-without-type": (
+        _swish_with(lambda m: m.graph.input[0].ClearField("type")),
+        "input 'x' of the model has no type",
+    ),
+    "negative-dimension": (
+        _swish_with(
+            lambda m: setattr(m.graph.input[0].type.tensor_type.shape.dim[0], "dim_value", -3)
+        ),
+        "value 'x' in graph 'test_graph' has a negative dimension [-3, 4]",
+    ),
+    "metadata-key-twice": (_swish_with(_twice_metadata), "metadata_props key 'author' appears"),
+    "string-raw-data": (
+        _swish_with(_string_raw_data),
+        "initializer 's' in graph 'test_graph' is a string tensor holding raw_data",
+    ),
     "ir3-initializer-not-input": (
         lambda: _ir3().SerializeToString(),
         "initializer 'w' in graph 'test_graph' is not a graph input, which IR version 3 requires",

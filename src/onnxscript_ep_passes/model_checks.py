@@ -9,6 +9,10 @@ one line naming the problem, and the node, attribute or tensor where there is on
   newest version onnx knows, in the model and in each local function; no domain is
   imported twice, and every node's domain is imported by its model or function.
 * **IR rules.** Below IR version 4 every initializer is also a graph input.
+* **Names and fields onnx's checker requires**: every graph has a name, every node an
+  op_type, every initializer a name (onnx-ir would drop a nameless one); the model's
+  inputs and outputs have a type; no declared dimension is negative; metadata keys are
+  unique; a string tensor holds no raw_data.
 * **Graphs.** In every graph and subgraph: each value name is defined once (graph input,
   initializer, node output; an initializer may repeat an input's name), every value a
   node or the graph's outputs read is defined in that graph or an enclosing one, and the
@@ -175,9 +179,26 @@ class _Checker:
             if name:
                 defined[name] = producer
 
+        if not graph.name:
+            raise self.fail(f"{where} has no name (onnx's checker requires one)")
+        for values in (graph.input, graph.output, graph.value_info):
+            for value in values:
+                tensor = value.type.tensor_type
+                if tensor.HasField("shape") and any(
+                    d.HasField("dim_value") and d.dim_value < 0 for d in tensor.shape.dim
+                ):
+                    dims = [
+                        d.dim_value if d.HasField("dim_value") else d.dim_param or "?"
+                        for d in tensor.shape.dim
+                    ]
+                    raise self.fail(
+                        f"value '{value.name}' in {where} has a negative dimension {dims}"
+                    )
         for value in graph.input:
             define(value.name, -1)
-        for tensor in graph.initializer:
+        for index, tensor in enumerate(graph.initializer):
+            if not tensor.name:
+                raise self.fail(f"initializer #{index} in {where} has no name")
             if defined.get(tensor.name) != -1:  # an initializer may repeat an input's name
                 if self.ir_version < 4:
                     raise self.fail(
@@ -277,6 +298,8 @@ class _Checker:
                     (attr.t,) if attr.type == onnx.AttributeProto.TENSOR else attr.tensors
                 ):
                     self.tensor(tensor, label)
+        if not node.op_type:
+            raise self.fail(f"{node_label(node)} in {where} has no op_type")
         domain = node.domain
         if domain not in self.imported and (
             domain not in _DEFAULT_DOMAINS or not self.imported & set(_DEFAULT_DOMAINS)
@@ -334,6 +357,10 @@ class _Checker:
             dtype = ir.DataType(tensor.data_type)
         except ValueError:
             raise self.fail(f"{label} has unknown data type {tensor.data_type}") from None
+        if dtype == ir.DataType.STRING and tensor.HasField("raw_data"):
+            raise self.fail(
+                f"{label} is a string tensor holding raw_data (strings go in string_data)"
+            )
         if dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED):
             return
         count = math.prod(tensor.dims)
@@ -440,6 +467,14 @@ def check_model_proto(model: onnx.ModelProto, source: str) -> None:
             f"IR version {model.ir_version} is newer than the installed onnx "
             f"{onnx.__version__} knows ({onnx.IR_VERSION})"
         )
+    keys = [entry.key for entry in model.metadata_props]
+    if len(set(keys)) != len(keys):
+        twice = next(key for key in keys if keys.count(key) > 1)
+        raise checker.fail(f"metadata_props key '{twice}' appears more than once")
+    for kind, values in (("input", model.graph.input), ("output", model.graph.output)):
+        for value in values:
+            if not value.HasField("type"):
+                raise checker.fail(f"{kind} '{value.name}' of the model has no type")
     opsets = checker.opsets(list(model.opset_import), "the model")
     checker.imported = frozenset(opsets)
     checker.walk(model.graph, f"graph '{model.graph.name}'", opsets.get("", opsets.get("ai.onnx")))
