@@ -249,19 +249,22 @@ def _fed_as_float(model: onnx.ModelProto) -> onnx.ModelProto:
     return wrapped
 
 
-@pytest.mark.parametrize("name", ["test_celu_bfloat16", "test_celu_float16"])
-def test_celu_half_types_lowered_from_28_match_onnx_exactly(name: str) -> None:
-    """Celu-28 on bfloat16/float16 computes in float32 and rounds once: lowered to each of
-    22..27 it gives ONNX's recorded outputs bit for bit, in ORT and in onnx.reference
-    (rounding after each op of Celu's function body was one bfloat16 ulp off: -0.4453
-    for -0.4434)."""
+@pytest.mark.parametrize("name", ["test_celu_bfloat16", "test_celu_float16", "test_swiglu_float16"])
+def test_half_type_activations_lowered_from_28_match_onnx_exactly(name: str) -> None:
+    """Celu-28 and SwiGLU-28 on bfloat16/float16 compute in float32 and round once:
+    lowered to every opset from 27 down to 18 they give ONNX's recorded outputs bit for
+    bit, in ORT and in onnx.reference (their function bodies in the half type rounded
+    after each op: Celu one bfloat16 ulp off, -0.4453 for -0.4434; SwiGLU one float16
+    ulp)."""
     (case,) = [c for c in all_testcases() if c.name == name]
     assert case.model is not None and _source_opset(case.model) == 28
-    (x,), (expected,) = case.data_sets[0]
-    for target in range(22, 28):
+    inputs, (expected,) = case.data_sets[0]
+    names = [value.name for value in case.model.graph.input]
+    for target in range(27, MIN_TARGET_OPSET - 1, -1):
         lowered = lower_opset(case.model, target)
-        (reference,) = onnx.reference.ReferenceEvaluator(lowered).run(None, {"X": x})
-        np.testing.assert_array_equal(np.asarray(reference), expected, err_msg=f"{target}")
-        outputs, how = run_model(_fed_as_float(lowered), {"X": x.astype(np.float32)})
+        reference = onnx.reference.ReferenceEvaluator(lowered).run(None, dict(zip(names, inputs)))
+        np.testing.assert_array_equal(np.asarray(reference[0]), expected, f"{target}")
+        feeds = {n: np.asarray(x).astype(np.float32) for n, x in zip(names, inputs)}
+        outputs, how = run_model(_fed_as_float(lowered), feeds)
         assert how == "onnxruntime", how
         np.testing.assert_array_equal(outputs[0], expected.astype(np.float32), f"{target}")

@@ -54,8 +54,22 @@ def _is_bfloat16(ctx: DowngradeContext, value: ir.Value | None, what: str) -> bo
 
 @register_downgrade("SwiGLU", 28, kind="expansion")
 def swiglu_28(node: ir.Node, ctx: DowngradeContext) -> list[ir.Value | None]:
-    """SwiGLU-28 is new: expand it through its ONNX function body (Swish(A, alpha) * B)."""
-    return ctx.expand_function()
+    """SwiGLU-28 is new: Swish(A, alpha) * B (its function body); half types in float32.
+
+    A float16 or bfloat16 SwiGLU computes ``Swish(Cast(A, float)) * Cast(B, float)`` and
+    rounds once, Cast back to the input's type, as SwiGLU-28's outputs are (ONNX's
+    reference and ``test_swiglu_float16``, bit for bit); the body in float16 rounds
+    after the Sigmoid and after each Mul (one float16 ulp off on that test). Other types
+    are expanded through the function body.
+    """
+    a, b = node.inputs[0], node.inputs[1]
+    dtype = ctx.require_dtype(a, "A")
+    if dtype not in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16) or b is None:
+        return ctx.expand_function()
+    float_a = ctx.op("Cast", [a], to=ir.DataType.FLOAT)
+    swish = ctx.op("Swish", [float_a], alpha=ctx.attribute("alpha", 1.0))
+    product = ctx.op("Mul", [swish, ctx.op("Cast", [b], to=ir.DataType.FLOAT)])
+    return [ctx.op("Cast", [product], to=dtype)]
 
 
 @register_downgrade("DepthToSpace", 28, kind="attribute")
