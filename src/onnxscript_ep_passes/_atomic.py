@@ -103,7 +103,7 @@ class Stage:
             data = proto.SerializeToString()
         except ValueError as error:  # protobuf's 2 GB limit
             raise ValueError(f"cannot serialize the model: {_one_line(error)}") from None
-        check_output(proto, self.out, data)
+        check_output(proto, self.out)
         with open(self.graph, "wb") as file:
             file.write(data)
             file.flush()
@@ -128,10 +128,9 @@ class Stage:
 
     def check_graph(self) -> None:
         """Check the staged graph written by another writer (:func:`check_output`)."""
-        data = self.graph.read_bytes()
         proto = onnx.ModelProto()
-        proto.ParseFromString(data)
-        check_output(proto, self.out, data)
+        proto.ParseFromString(self.graph.read_bytes())
+        check_output(proto, self.out)
 
     def sync(self, name: str) -> None:
         fd = os.open(self.path / name, os.O_RDONLY)

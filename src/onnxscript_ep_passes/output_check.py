@@ -18,8 +18,10 @@ early weights copy):
   attribute by zeros of its type and shape; nodes in the ai.onnx domain that onnx has no
   schema for (ORT's own ops there, such as SimplifiedLayerNormalization, which ORT
   registers in that domain) are checked as nodes of an unregistered domain.
-* Cost: a few percent of a lowering (0.09 s on benchmarks/make_decoder.py's 5k-node
-  model, whose ``lower --target-opset 23`` takes 0.6 s).
+* Cost, on benchmarks/make_decoder.py's 5k-node model: 0.1-0.2 s on ``lower
+  --target-opset 23`` (CPU 1.05 s -> 1.14 s) and 0.5 s on ``--target-opset 22``, whose
+  output has 30k nodes (CPU 3.0 s -> 3.5 s): the checker's full check itself is most of
+  it.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ ORT_DEFAULT_DOMAIN_STANDIN = "onnxscript_ep_passes.ort_default_domain"
 """The domain the checked copy gives ai.onnx-domain nodes onnx has no schema for."""
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
+_EXTERNAL = onnx.TensorProto.EXTERNAL
 
 
 def _one_line(error: BaseException) -> str:
@@ -61,6 +64,19 @@ def _unknown_to_onnx(nodes: list[onnx.NodeProto], opset: int | None) -> list[onn
     ]
 
 
+def _external_tensors(node: onnx.NodeProto) -> list[onnx.TensorProto]:
+    """The tensors with external data in ``node``'s attributes (only tensor attributes
+    are read: touching every attribute's ``t`` field costs more than the checker)."""
+    found = []
+    for attr in node.attribute:
+        kind = attr.type
+        if kind == onnx.AttributeProto.TENSOR and attr.t.data_location == _EXTERNAL:
+            found.append(attr.t)
+        elif kind == onnx.AttributeProto.TENSORS:
+            found.extend(t for t in attr.tensors if t.data_location == _EXTERNAL)
+    return found
+
+
 def _signature_problem(graph: onnx.GraphProto) -> str | None:
     for kind, values in (("input", graph.input), ("output", graph.output)):
         for value in values:
@@ -73,41 +89,26 @@ def _signature_problem(graph: onnx.GraphProto) -> str | None:
 
 
 def _checkable(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """``proto``, or a copy with what the checker cannot judge set aside (module rules)."""
-    opset = _default_opset(list(proto.opset_import))
-    graphs = list(iter_graphs(proto.graph))
-    external = any(
-        t.data_location == onnx.TensorProto.EXTERNAL for g in graphs for t in g.initializer
-    ) or any(
-        t.data_location == onnx.TensorProto.EXTERNAL
-        for g in graphs
-        for n in g.node
-        for a in n.attribute
-        for t in (a.t, *a.tensors)
-    )
-    unknown = _unknown_to_onnx([n for g in graphs for n in g.node], opset) or any(
-        _unknown_to_onnx(list(_scope_nodes(f.node)), _default_opset(list(f.opset_import)))
-        for f in proto.functions
-    )
-    if not external and not unknown:
-        return proto
+    """A copy of ``proto`` with what the checker cannot judge set aside (module rules).
+
+    Copying (in C) costs less than a second walk over the graphs in Python, so the copy
+    is made first and walked once."""
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
-    if external:
-        _set_external_aside(copy)
-    if unknown:
-        _set_ort_ops_aside(copy, opset)
+    graphs = list(iter_graphs(copy.graph))
+    _set_external_aside(copy, graphs)
+    _set_ort_ops_aside(copy, [n for g in graphs for n in g.node])
     return copy
 
 
-def _set_external_aside(proto: onnx.ModelProto) -> None:
+def _set_external_aside(proto: onnx.ModelProto, graphs: list[onnx.GraphProto]) -> None:
     main = proto.graph
     inputs = {i.name for i in main.input}
-    for graph in iter_graphs(main):
+    for graph in graphs:
         kept: list[onnx.TensorProto] = []
         external: list[onnx.TensorProto] = []
         for tensor in graph.initializer:
-            (external if tensor.data_location == onnx.TensorProto.EXTERNAL else kept).append(tensor)
+            (external if tensor.data_location == _EXTERNAL else kept).append(tensor)
         if external:
             del graph.initializer[:]
             graph.initializer.extend(kept)
@@ -120,13 +121,11 @@ def _set_external_aside(proto: onnx.ModelProto) -> None:
                 for dim in tensor.dims:
                     shape.dim.add(dim_value=dim)
         for node in graph.node:
-            for attr in node.attribute:
-                for tensor in (attr.t, *attr.tensors):
-                    if tensor.data_location == onnx.TensorProto.EXTERNAL:
-                        size = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-                        tensor.data_location = onnx.TensorProto.DEFAULT
-                        del tensor.external_data[:]
-                        tensor.raw_data = bytes(math.prod(tensor.dims) * size)
+            for tensor in _external_tensors(node):
+                size = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+                tensor.data_location = onnx.TensorProto.DEFAULT
+                del tensor.external_data[:]
+                tensor.raw_data = bytes(math.prod(tensor.dims) * size)
 
 
 def _scope_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
@@ -138,32 +137,31 @@ def _scope_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
                 yield from iter_nodes(graph)
 
 
-def _set_ort_ops_aside(proto: onnx.ModelProto, opset: int | None) -> None:
-    scopes: list[tuple[Iterable[onnx.NodeProto], int | None, Any]] = [
-        (proto.graph.node, opset, proto.opset_import)
+def _set_ort_ops_aside(proto: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> None:
+    """Move ai.onnx-domain nodes without an ONNX schema (``nodes``: the graphs') to
+    :data:`ORT_DEFAULT_DOMAIN_STANDIN`, in the graphs and in each function."""
+    scopes: list[tuple[list[onnx.NodeProto], int | None, Any]] = [
+        (nodes, _default_opset(list(proto.opset_import)), proto.opset_import)
     ]
     scopes += [
-        (f.node, _default_opset(list(f.opset_import)), f.opset_import) for f in proto.functions
+        (list(_scope_nodes(f.node)), _default_opset(list(f.opset_import)), f.opset_import)
+        for f in proto.functions
     ]
-    for nodes, version, imports in scopes:
-        unknown = _unknown_to_onnx(list(_scope_nodes(nodes)), version)
+    for scope, version, imports in scopes:
+        unknown = _unknown_to_onnx(scope, version)
         for node in unknown:
             node.domain = ORT_DEFAULT_DOMAIN_STANDIN
         if unknown:
             imports.append(onnx.helper.make_opsetid(ORT_DEFAULT_DOMAIN_STANDIN, 1))
 
 
-def check_output(proto: onnx.ModelProto, out: Path, data: bytes | None = None) -> None:
-    """Raise ValueError (one line) when ``proto`` (serialized as ``data`` when given), to
-    be written to ``out``, fails the module's rules."""
+def check_output(proto: onnx.ModelProto, out: Path) -> None:
+    """Raise ValueError (one line) when ``proto``, to be written to ``out``, fails the
+    module's rules."""
     problem = _signature_problem(proto.graph)
     if problem is None:
         try:
-            checked = _checkable(proto)
-            if checked is proto and data is not None:
-                onnx.checker.check_model(data, full_check=True)
-            else:
-                onnx.checker.check_model(checked, full_check=True)
+            onnx.checker.check_model(_checkable(proto), full_check=True)
         except Exception as error:  # ValidationError, InferenceError (the C++ checker)
             problem = _one_line(error)
     if problem is not None:
