@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import onnxruntime as ort
 
-    from onnxscript_ep_passes.ep.webgpu import plugin_version
+    from onnxscript_ep_passes.ep.profiles.webgpu import plugin_version
 
     # The commit and tree state the run starts from (the code it measures).
     git = git_state()

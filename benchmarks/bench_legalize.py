@@ -197,7 +197,7 @@ def _environment() -> str:
     import onnxruntime as ort
     import torch
 
-    from onnxscript_ep_passes.ep.webgpu import plugin_version
+    from onnxscript_ep_passes.ep.profiles.webgpu import plugin_version
 
     return (
         f"{datetime.date.today().isoformat()}, Python {platform.python_version()}, "

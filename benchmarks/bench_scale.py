@@ -94,7 +94,7 @@ def command(tool: str, src: Path, dst: Path) -> list[str]:
         return [sys.executable, str(HERE / "bench_scale.py"), "--worker", "ir_roundtrip",
                 str(src), str(dst)]  # fmt: skip
     if tool == "report_json":
-        return [*cli, "report", str(src), *EP_ARGS, "--json"]
+        return [*cli, "report", str(src), *EP_ARGS, "--json", "--no-run"]  # the prediction only
     if tool == "onnx_vc":
         return [
             sys.executable,

@@ -4,29 +4,43 @@ What torch 2.13's dynamo exporter emits for a real decoder at opset 24 (Reshape,
 Transpose, Unsqueeze, Cast and Attention at schema version 24), small enough to try every
 command on. The weights are random (a transformers config, nothing downloaded).
 
-Usage: python examples/export_tiny_llama.py OUT.onnx   (needs the torch extra)
+Usage: python examples/export_tiny_llama.py OUT.onnx   (needs the torch extra; ``--help``
+answers before torch is imported and writes nothing)
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
-
-import torch
-import transformers
+from typing import Any
 
 
-class _Logits(torch.nn.Module):
-    def __init__(self, inner: torch.nn.Module) -> None:
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.inner(input_ids=input_ids, use_cache=False).logits
+def _arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("out", nargs="?", default="llama24.onnx", help="the model to write")
+    return parser.parse_args(argv)
 
 
-def main() -> None:
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "llama24.onnx")
+def _logits(inner: Any) -> Any:
+    """``inner`` (a ``*ForCausalLM``) as a module from token ids to logits, no cache."""
+    import torch
+
+    class Logits(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            return self.inner(input_ids=input_ids, use_cache=False).logits
+
+    return Logits()
+
+
+def main(argv: list[str] | None = None) -> None:
+    out = Path(_arguments(argv).out)
+    import torch
+    import transformers
+
     out.parent.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
@@ -39,7 +53,7 @@ def main() -> None:
         max_position_embeddings=64,
         attn_implementation="sdpa",
     )
-    model = _Logits(transformers.LlamaForCausalLM(config).eval()).eval()
+    model = _logits(transformers.LlamaForCausalLM(config).eval()).eval()
     program = torch.onnx.export(
         model,
         (torch.randint(0, 128, (1, 8)),),

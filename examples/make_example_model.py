@@ -4,23 +4,35 @@ It holds what torch.onnx emits at opset 24 (RMSNormalization, Reshape, Transpose
 Attention) plus opset-24-only features (Swish, a Cast with ``round_mode``), so relabelling
 the opset import would break it while ``onnxscript-ep-passes lower`` keeps it exact.
 
-Usage: python examples/make_example_model.py OUT.onnx
+Usage: python examples/make_example_model.py OUT.onnx   (``--help`` answers before numpy
+and onnx are imported and writes nothing)
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import onnx
-import onnx.helper as oh
-from onnx import TensorProto, numpy_helper
+if TYPE_CHECKING:
+    import onnx
 
 HIDDEN, HEADS, SEQ = 64, 4, 8
 
 
+def _arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument(
+        "out", nargs="?", default="example.onnx", help="the model to write (OUT.data beside it)"
+    )
+    return parser.parse_args(argv)
+
+
 def build() -> onnx.ModelProto:
+    import numpy as np
+    import onnx.helper as oh
+    from onnx import TensorProto, numpy_helper
+
     rng = np.random.default_rng(0)
 
     def weight(name: str, *shape: int) -> onnx.TensorProto:
@@ -91,8 +103,10 @@ def build() -> onnx.ModelProto:
     return model
 
 
-def main() -> None:
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "example.onnx")
+def main(argv: list[str] | None = None) -> None:
+    out = Path(_arguments(argv).out)
+    import onnx
+
     out.parent.mkdir(parents=True, exist_ok=True)
     model = build()
     onnx.checker.check_model(model, full_check=True)

@@ -14,6 +14,8 @@ __all__ = [
     "assert_refuses",
     "benchmark_decoder",
     "check_refusals",
+    "checkout_like",
+    "fenced_blocks",
     "make_model",
     "random_feeds",
     "reshape_chain",
@@ -291,3 +293,23 @@ def run_cli(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
     ``subprocess.run`` (timeout, preexec_fn, ...)."""
     command = [sys.executable, "-m", "onnxscript_ep_passes", "-q", *args]
     return subprocess.run(command, capture_output=True, text=True, check=False, **kwargs)  # type: ignore[call-overload, no-any-return]
+
+
+def fenced_blocks(path: Path) -> list[tuple[str, str]]:
+    """``(language, code)`` of each fenced block of a Markdown file, in order."""
+    return re.findall(r"^```(\w*)\n(.*?)^```", path.read_text(), flags=re.S | re.M)
+
+
+def checkout_like(folder: Path) -> Path:
+    """``folder`` laid out like the checkout after the README's first command: ``.venv``
+    and ``examples`` linked in, ``out/example.onnx`` (and its data file) built."""
+    root = Path(__file__).resolve().parents[1]
+    (folder / ".venv").symlink_to(Path(sys.prefix))
+    (folder / "examples").symlink_to(root / "examples")
+    subprocess.run(
+        [sys.executable, "examples/make_example_model.py", "out/example.onnx"],
+        cwd=folder,
+        check=True,
+        capture_output=True,
+    )
+    return folder

@@ -70,7 +70,9 @@ def test_lower_with_external_data_round_trip(tmp_path: Path) -> None:
     out.parent.mkdir()
     result = _run("lower", str(src), "-o", str(out), "--target-opset", "23")
     assert result.returncode == 0, result.stderr
-    assert "from opset 24 to 23" in result.stderr
+    assert result.stdout.startswith("in.onnx: opset 24 -> 23\n"), result.stdout
+    # One summary: the passes' own INFO lines stay off stderr, the tracking note is there.
+    assert "from opset 24 to 23" not in result.stderr and "27729" in result.stderr
     assert (out.parent / "lowered.onnx.data").stat().st_size >= 256 * 512 * 4
     assert out.stat().st_size < 64 * 1024  # weights are not inlined
     assert _digest(src, tmp_path / "in.onnx.data") == digest  # the input is untouched
@@ -176,14 +178,18 @@ def test_report_text_and_lower_for_ep(tmp_path: Path) -> None:
     assert verdict.startswith(
         "m.onnx: opset 24 -> 23 on CUDA (ORT 1.24, snapshot cuda-ort-1.24): Memcpy "
     ), verdict
-    assert verdict.endswith(" -> 0, CPU nodes 2 -> 0"), verdict
+    assert verdict.endswith("; fall back 2 -> 0"), verdict
     text = "\n".join(rest)
-    assert "before (opset 24)" in text and "after (opset 23)" in text
+    assert "placement per op, opset 24 -> 23" in text
+    header = next(line for line in text.splitlines() if line.split()[:2] == ["op", "EP"])
+    assert header.split() == ["op", "EP", "CPU", "shape", "EP", "CPU", "shape"], header
     assert "no kernel for Reshape at since_version 24" in text
     out = tmp_path / "out.onnx"
     result = _run("lower", str(path), "-o", str(out), "--ep", "cuda", "--ort-version", "1.24")
     assert result.returncode == 0, result.stderr
-    assert "on CUDA" in result.stderr and "27729" in result.stderr
+    # The verdict once, on stdout; stderr has the tracking note, not the verdict again.
+    assert "on CUDA" in result.stdout and "on CUDA" not in result.stderr
+    assert "27729" in result.stderr
     lowered = onnx.load(out)
     assert [o.version for o in lowered.opset_import if o.domain == ""] == [23]
     x = np.random.default_rng(2).standard_normal((2, 6)).astype(np.float32)
@@ -433,10 +439,14 @@ def test_report_groups_decisions_and_lists_only_what_changes(
     args = ("report", str(path), "--ep", "cuda", "--ort-version", "1.24")
     text = _stdout(capsys, *args)
     decision_lines = [line for line in text.splitlines() if "Reshape-24" in line]
-    # One line for the eight nodes: count, op, decision, example names, the reason.
+    # One group for the eight nodes: count, op, decision, example names; the reason below,
+    # wrapped at 100 columns with no kernel range broken.
     assert len(decision_lines) == 1, text
-    assert decision_lines[0].split()[:3] == ["8", "Reshape-24", "lower"]
+    assert decision_lines[0].split()[:4] == ["8", "x", "Reshape-24:", "lower"]
     assert "reshape0, reshape1, reshape2, ..." in decision_lines[0]
+    assert max(len(line) for line in text.splitlines()[1:]) <= 100, text
+    reason = text.split(decision_lines[0], 1)[1]
+    assert "(registered: [1, 4], [5, 12], [13, 13], [14, 18], [19, 20], [21, 22], 23+)" in reason
     assert _op_rows(text) == ["Reshape"]
     everything = _stdout(capsys, *args, "--all")
     assert _op_rows(everything) == ["Relu", "Reshape"]
@@ -462,14 +472,21 @@ def test_report_webgpu_stdout_holds_the_report_alone(tmp_path: Path, webgpu: Non
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("m.onnx: opset 24 ")
     assert "on WebGPU (ORT " in result.stdout.splitlines()[0]
-    # What ORT and the Vulkan driver print while the EP is probed goes to stderr.
+    # What ORT and the Vulkan driver print while the EP is probed never reaches stdout,
+    # and reaches stderr only with -v: no ANSI colour codes in a file or pipe.
     for noise in ("Warning:", "[W:onnxruntime", "INFO ", "WARNING "):
         assert noise not in result.stdout, result.stdout
+        assert noise not in result.stderr, result.stderr
+    assert "\x1b" not in result.stdout + result.stderr
+    verbose = _run("-v", "report", str(path), "--ep", "webgpu")
+    assert "onnxruntime" in verbose.stderr and "\x1b" not in verbose.stderr, verbose.stderr
 
 
 @pytest.mark.torch
 @pytest.mark.filterwarnings("ignore::FutureWarning")
-def test_optimize_writes_the_model_and_a_fusion_report(tmp_path: Path) -> None:
+def test_optimize_writes_the_model_and_a_fusion_report(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     import json
 
     import jsonschema
@@ -480,9 +497,17 @@ def test_optimize_writes_the_model_and_a_fusion_report(tmp_path: Path) -> None:
     source = tmp_path / "llama.onnx"
     onnx.save(llm_export("llama", 24), source)
     out, report = tmp_path / "out.onnx", tmp_path / "fusions.json"
-    argv = ["-q", "optimize", str(source), "-o", str(out), "--ep", "webgpu"]
+    argv = ["optimize", str(source), "-o", str(out), "--ep", "webgpu"]
     argv += ["--ort-version", "1.32.0", "--max-length", "64", "--report-json", str(report)]
     assert main(argv) == 0
+    printed = capfd.readouterr()
+    # One summary of the whole pipeline; no inner step's intermediate state on stderr.
+    summary, wrote = printed.out.splitlines()
+    assert summary.startswith("llama.onnx: opset 24 ") and " nodes fused (4 GroupQuery" in summary
+    assert " on WebGPU (ORT 1.32.0" in summary and "Memcpy " in summary, summary
+    assert wrote == f"wrote {out}"
+    for inner in ("nothing to do", "fall back to CPU", "fused at opset", "Registered"):
+        assert inner not in printed.err, printed.err
     ops = {(n.domain, n.op_type) for n in onnx.load(str(out)).graph.node}
     assert ("com.microsoft", "GroupQueryAttention") in ops
     data = json.loads(report.read_text())
@@ -533,3 +558,72 @@ def test_lowest_opset_bounds_the_search_of_report_and_lower(
         result = _run(*args)
         assert result.returncode == 2 and message in result.stderr, result.stderr
     assert not (tmp_path / "x.onnx").exists()
+
+
+# -- bad option values: a usage error naming the option, on every command ------------------
+
+_LOWER = ["lower", "{m}", "-o", "{o}"]
+_LOWER_EP = [*_LOWER, "--ep", "cuda"]
+_REPORT = ["report", "{m}", "--ep", "cuda"]
+_OPTIMIZE = ["optimize", "{m}", "-o", "{o}", "--ep", "cuda"]
+
+# (command, the bad option and value, the option argparse names)
+BAD_OPTIONS = [
+    *(
+        (command, ["--target-opset", value], "--target-opset")
+        for command in (_LOWER, _REPORT, _OPTIMIZE)
+        for value in ("0", "-1", "17", "99", "x", "")
+    ),
+    *(
+        (command, ["--lowest-opset", value], "--lowest-opset")
+        for command in (_LOWER_EP, _REPORT, _OPTIMIZE)
+        for value in ("-1", "17", "99", "1.5")
+    ),
+    *((_OPTIMIZE, ["--max-length", value], "--max-length") for value in ("-1", "0", "x")),
+    *(
+        (command, ["--dims", value], "--dims")
+        for command in (_LOWER_EP, _REPORT, _OPTIMIZE)
+        for value in ("batch=-1", "garbage", "batch=0", "=3")
+    ),
+    *(
+        (command, ["--ort-version", value], "--ort-version")
+        for command in (_LOWER_EP, _REPORT, _OPTIMIZE)
+        for value in ("banana", "", "1.24; rm -rf")
+    ),
+    *(
+        ([*command[:-2], "--ep", value], [], "--ep")
+        for command in (_LOWER_EP, _REPORT, _OPTIMIZE)
+        for value in ("", "bogus", "cuda\x1b[2J")
+    ),
+    (["lower", "", "-o", "{o}", "--target-opset", "23"], [], "model"),
+    (["report", "", "--ep", "cuda"], [], "model"),
+    (["optimize", "", "-o", "{o}", "--ep", "cuda"], [], "model"),
+    (["lower", "{m}", "-o", "", "--target-opset", "23"], [], "-o/--output"),
+    (["optimize", "{m}", "-o", "", "--ep", "cuda"], [], "-o/--output"),
+    (_LOWER_EP, ["--report-json", ""], "--report-json"),
+    (_OPTIMIZE, ["--report-json", ""], "--report-json"),
+    (_REPORT, ["--kernel-table", ""], "--kernel-table"),
+    (_LOWER_EP, ["--kernel-table", ""], "--kernel-table"),
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "named"),
+    BAD_OPTIONS,
+    ids=[f"{c[0]}-{n}-{(o or c[-1:])[-1]!r}" for c, o, n in BAD_OPTIONS],
+)
+def test_a_bad_option_value_is_a_usage_error_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str], option: list[str],
+    named: str,
+) -> None:  # fmt: skip
+    """``--target-opset 0`` exited 1 and ``optimize --max-length -1`` was accepted. Every
+    bad value is refused by the parser (exit 2, the option named) before any file is read:
+    the model given here does not exist, and nothing is written."""
+    argv = [a.format(m=tmp_path / "absent.onnx", o=tmp_path / "o.onnx") for a in command]
+    with pytest.raises(SystemExit) as exit_:
+        main(["-q", *argv, *option])
+    assert exit_.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and f"argument {named}: " in errors[0], errors
+    assert "Traceback" not in errors[0] and "\x1b" not in errors[0]
+    assert list(tmp_path.iterdir()) == []

@@ -4,6 +4,7 @@ directory and never more than declared."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import resource
@@ -19,7 +20,7 @@ import pytest
 from onnx import TensorProto, numpy_helper
 
 from onnxscript_ep_passes.cli import main
-from onnxscript_ep_passes.errors import EXIT_BAD_INPUT
+from onnxscript_ep_passes.errors import EXIT_BAD_INPUT, EXIT_USAGE
 from tests.harness import make_model, run_cli, run_model
 
 X = oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
@@ -582,3 +583,159 @@ def test_an_output_failing_onnx_checker_is_never_written(
     assert "Incompatible dimensions for matrix multiplication" in line
     assert list(out_dir.iterdir()) == []
     assert {p.name: p.read_bytes() for p in model_dir.iterdir()} == before
+
+
+# -- outputs that would destroy an input or another output ----------------------------
+
+
+def _save_with_data(path: Path) -> None:
+    """y = Swish(x @ w) at opset 24, w (64 bytes) in ``<path>.data``."""
+    weight = numpy_helper.from_array(np.eye(4, dtype=np.float32), "w")
+    nodes = [oh.make_node("MatMul", ["x", "w"], ["h"]), oh.make_node("Swish", ["h"], ["y"])]
+    model = make_model(nodes, [X], [Y], 24, initializers=[weight])
+    location = path.name + ".data"
+    onnx.save(model, path, save_as_external_data=True, location=location, size_threshold=0)
+
+
+def _tree(directory: Path) -> dict[str, bytes]:
+    """Every file under ``directory`` (links as what they point at) and its bytes."""
+    return {
+        str(p.relative_to(directory)): (
+            os.readlink(p).encode() if p.is_symlink() else p.read_bytes()
+        )
+        for p in sorted(directory.rglob("*"))
+        if p.is_symlink() or p.is_file()
+    }
+
+
+def _one_error(status: int, caplog: pytest.LogCaptureFixture, stderr: str) -> str:
+    """The one error line of a run: argparse's for a usage error, the log's otherwise."""
+    assert "Traceback" not in stderr
+    if status == EXIT_USAGE:
+        lines = [line for line in stderr.splitlines() if "error:" in line]
+    else:
+        lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(lines) == 1, (lines, stderr)
+    assert "\n" not in lines[0] and "Traceback" not in lines[0]
+    return lines[0]
+
+
+def _main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    capsys.readouterr()
+    try:
+        status = main(["-q", *argv])
+    except SystemExit as exit_:  # argparse's usage errors
+        status = int(exit_.code or 0)
+    return status, capsys.readouterr().err
+
+
+_EP = ["--ep", "cuda", "--ort-version", "1.24"]
+_TABLE = "domain\top\tstart\tend\nai.onnx\tMatMul\t13\tinf\nai.onnx\tSwish\t24\tinf\n"
+
+
+def _path_case(d: Path, case: str) -> tuple[list[str], int, str]:
+    """argv (in ``d``, which holds m.onnx with m.onnx.data, and t.tsv), the exit status
+    and words of the one error line."""
+    m, out, table = str(d / "m.onnx"), str(d / "o.onnx"), str(d / "t.tsv")
+    lower_ep = ["lower", m, "-o", out, *_EP]
+    with_table = ["lower", m, "-o", out, "--ep", "qnn", "--kernel-table", table]
+    if case == "report-json-is-model":
+        return [*lower_ep, "--report-json", m], EXIT_USAGE, "--report-json"
+    if case == "report-json-is-out":
+        return [*lower_ep, "--report-json", out], EXIT_USAGE, "are one file"
+    if case == "report-json-links-to-model":
+        (d / "link.json").symlink_to(d / "m.onnx")
+        return [*lower_ep, "--report-json", str(d / "link.json")], EXIT_USAGE, "it reads"
+    if case == "report-json-hard-link-of-model":
+        os.link(d / "m.onnx", d / "hard.json")
+        return [*lower_ep, "--report-json", str(d / "hard.json")], EXIT_USAGE, "it reads"
+    if case == "report-json-is-the-data-file":
+        data = str(d / "m.onnx.data")
+        return [*lower_ep, "--report-json", data], EXIT_BAD_INPUT, "weights are read from"
+    if case == "report-json-named-as-out-data":
+        return [*lower_ep, "--report-json", out + ".data"], EXIT_USAGE, "data file of -o"
+    if case == "report-json-named-as-fresh-out-data":
+        fresh = out + ".0123abcd.data"
+        return [*lower_ep, "--report-json", fresh], EXIT_USAGE, "data file of -o"
+    if case == "report-json-is-kernel-table":
+        return [*with_table, "--report-json", table], EXIT_USAGE, "--kernel-table"
+    if case == "out-is-kernel-table":
+        args = ["lower", m, "-o", table, "--ep", "qnn", "--kernel-table", table]
+        return args, EXIT_USAGE, "is the file --kernel-table"
+    if case == "kernel-table-named-as-out-data":
+        os.replace(table, out + ".data")
+        args = ["lower", m, "-o", out, "--ep", "qnn", "--kernel-table", out + ".data"]
+        return args, EXIT_USAGE, "data file of -o"
+    if case == "model-named-as-out-data":
+        os.replace(d / "m.onnx", d / "o.onnx.data")
+        os.replace(d / "m.onnx.data", d / "o.onnx.data.data")  # keep its weights reachable
+        proto = onnx.load(d / "o.onnx.data", load_external_data=False)
+        from onnxscript_ep_passes._onnx import point_external_data
+
+        point_external_data(proto, "o.onnx.data.data")
+        (d / "o.onnx.data").write_bytes(proto.SerializeToString())
+        args = ["lower", out + ".data", "-o", out, "--target-opset", "23"]
+        return args, EXIT_USAGE, "MODEL"
+    if case == "report-json-is-a-directory":
+        (d / "r").mkdir()
+        return [*lower_ep, "--report-json", str(d / "r")], EXIT_BAD_INPUT, "is a directory"
+    if case == "out-in-a-missing-directory":
+        args = ["lower", m, "-o", str(d / "nowhere" / "o.onnx"), *_EP]
+        return args, EXIT_BAD_INPUT, "does not exist"
+    if case == "optimize-report-json-is-model":
+        args = ["optimize", m, "-o", out, *_EP, "--no-fuse", "--report-json", m]
+        return args, EXIT_USAGE, "--report-json"
+    if case == "optimize-out-is-the-data-file":
+        args = ["optimize", m, "-o", str(d / "m.onnx.data"), *_EP, "--no-fuse"]
+        return args, EXIT_BAD_INPUT, "weights are read from"
+    raise AssertionError(case)
+
+
+PATH_CASES = [
+    "report-json-is-model",
+    "report-json-is-out",
+    "report-json-links-to-model",
+    "report-json-hard-link-of-model",
+    "report-json-is-the-data-file",
+    "report-json-named-as-out-data",
+    "report-json-named-as-fresh-out-data",
+    "report-json-is-kernel-table",
+    "out-is-kernel-table",
+    "kernel-table-named-as-out-data",
+    "model-named-as-out-data",
+    "report-json-is-a-directory",
+    "out-in-a-missing-directory",
+    "optimize-report-json-is-model",
+    "optimize-out-is-the-data-file",
+]
+
+
+@pytest.mark.parametrize("case", PATH_CASES)
+def test_an_output_never_overwrites_an_input_or_another_output(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    """``lower m.onnx -o o.onnx --report-json m.onnx`` replaced the model with the report;
+    ``--report-json o.onnx`` lost the report. Each such run is refused before any work."""
+    _save_with_data(tmp_path / "m.onnx")
+    (tmp_path / "t.tsv").write_text(_TABLE, encoding="utf-8")
+    argv, expected_status, words = _path_case(tmp_path, case)
+    before = _tree(tmp_path)
+    with caplog.at_level(logging.INFO):
+        status, stderr = _main(argv, capsys)
+    assert status == expected_status, stderr
+    assert words in _one_error(status, caplog, stderr)
+    assert _tree(tmp_path) == before, "nothing written, every input as it was"
+
+
+def test_the_report_is_written_after_out_and_atomically(tmp_path: Path) -> None:
+    """The report replaces an old one whole (never truncated in place: a hard link to the
+    old report keeps the old bytes), beside the new OUT, and no temporary file remains."""
+    path = _write(tmp_path / "m.onnx", _swish())
+    report = tmp_path / "r.json"
+    report.write_text("old report\n")
+    os.link(report, tmp_path / "old.json")
+    argv = ["-q", "lower", str(path), "-o", str(tmp_path / "o.onnx"), *_EP]
+    assert main([*argv, "--report-json", str(report)]) == 0
+    assert json.loads(report.read_text())["model"] == str(path)
+    assert (tmp_path / "old.json").read_text() == "old report\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "o.onnx", "old.json", "r.json"]

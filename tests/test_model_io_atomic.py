@@ -8,9 +8,11 @@ import os
 import re
 import resource
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -354,3 +356,168 @@ def test_a_stopped_copy_copies_no_further_chunk(tmp_path: Path) -> None:
     with open(tmp_path / "src", "rb") as src, open(tmp_path / "dst", "wb") as dst:
         assert not _atomic._bounded_copy(src, dst, 16384, stop)
     assert (tmp_path / "dst").read_bytes() == b""
+
+
+# -- interrupts: Ctrl-C, SIGTERM, SIGHUP ------------------------------------------------
+
+_LARGE_FLOATS = 64 * 1024 * 1024  # a 256 MiB weight: its copy takes a while
+
+
+@pytest.fixture(scope="module")
+def large_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """y = Swish(x + w) at opset 24, w of 256 MiB in m.onnx.data (a sparse file: zeros;
+    a lowering copies it in 64 MiB chunks and flushes it, long enough to be interrupted)."""
+    directory = tmp_path_factory.mktemp("large")
+    n = _LARGE_FLOATS
+    weight = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[n])
+    weight.data_location = TensorProto.EXTERNAL
+    for key, value in {"location": "m.onnx.data", "offset": "0", "length": str(4 * n)}.items():
+        weight.external_data.add(key=key, value=value)
+    x = oh.make_tensor_value_info("x", TensorProto.FLOAT, [n])
+    nodes = [oh.make_node("Add", ["x", "w"], ["h"]), oh.make_node("Swish", ["h"], ["y"])]
+    model = make_model(nodes, [x], [x], 24, initializers=[weight])
+    model.graph.output[0].name = "y"
+    path = directory / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    with open(directory / "m.onnx.data", "wb") as file:
+        file.truncate(4 * n + 4096)  # bytes past the tensor: copied in chunks, never reflinked
+    return path
+
+
+def _staged_data(out: Path) -> bool:
+    """Whether a staging directory of ``out`` holds a data file being written."""
+    for staged in out.parent.glob(f".{out.name}.*.tmp/*.data"):
+        try:
+            if staged.stat().st_size > 0:
+                return True
+        except OSError:
+            pass
+    return False
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("SIGINT", ["--target-opset", "23"]),
+        ("SIGTERM", ["--target-opset", "23"]),
+        ("SIGHUP", ["--target-opset", "23"]),
+        ("SIGTERM", ["--target-opset", "23", "--weights", "rewrite"]),
+        ("SIGINT", ["--ep", "cuda", "--ort-version", "1.24"]),
+    ],
+    ids=["ctrl-c-copy", "sigterm-copy", "sighup-copy", "sigterm-rewrite", "ctrl-c-ep-search"],
+)
+def test_an_interrupt_while_writing_leaves_nothing(
+    large_model: Path, tmp_path: Path, name: str, args: list[str]
+) -> None:
+    """Ctrl-C printed a KeyboardInterrupt traceback; SIGTERM and SIGHUP left a 258 MB
+    staging folder. A real signal sent while the data file is being written: one line,
+    exit 128 + n, nothing left next to OUT, the input as it was."""
+    data = large_model.parent / "m.onnx.data"
+    graph, data_stat = large_model.read_bytes(), data.stat()
+    out = tmp_path / "o.onnx"
+    command = [sys.executable, "-m", "onnxscript_ep_passes", "-q", "lower", str(large_model)]
+    process = subprocess.Popen([*command, "-o", str(out), *args], stderr=subprocess.PIPE, text=True)
+    try:
+        while process.poll() is None and not _staged_data(out):
+            time.sleep(0.001)  # the copy of 256 MiB takes far longer than one look
+        assert process.poll() is None, "the run ended before the data file was written"
+        process.send_signal(getattr(signal, name))
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    number = int(getattr(signal, name))
+    assert process.returncode == 128 + number, stderr
+    assert stderr.splitlines() == [
+        f"ERROR onnxscript_ep_passes: interrupted by {name}: stopped, no partial output left"
+    ]
+    assert list(tmp_path.iterdir()) == [], "no staging folder, no OUT, no data file"
+    assert large_model.read_bytes() == graph
+    after = data.stat()
+    assert (after.st_size, after.st_mtime_ns) == (data_stat.st_size, data_stat.st_mtime_ns)
+
+
+def test_an_ignored_sighup_stays_ignored(tmp_path: Path) -> None:
+    """Under ``nohup`` (SIGHUP ignored when the run starts) a hang-up does not stop it."""
+    src = _save_external(_model("a", 1), tmp_path / "a.onnx")
+    out = tmp_path / "o.onnx"
+
+    def ignore_hangups() -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    command = [sys.executable, "-m", "onnxscript_ep_passes", "-q", "lower", str(src)]
+    process = subprocess.Popen(
+        [*command, "-o", str(out), "--target-opset", "23"],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=ignore_hangups,
+    )
+    hangups = 0
+    while process.poll() is None:
+        process.send_signal(signal.SIGHUP)
+        hangups += 1
+        time.sleep(0.05)
+    assert process.returncode == 0 and hangups > 1, process.stderr
+    assert _identity(out) == "a"
+
+
+# -- permissions ------------------------------------------------------------------------
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--target-opset", "23"],  # the proto fast path, its copy begun early
+        ["--target-opset", "23", "--weights", "rewrite"],
+        ["--target-opset", "23", "--external-data", "never"],
+        ["--ep", "cuda", "--ort-version", "1.24", "--report-json", "{d}/r.json"],
+    ],
+    ids=["copy_file", "rewrite", "inline", "ep-and-report"],
+)
+@pytest.mark.parametrize(
+    ("model_mode", "data_mode", "expected"),
+    [(0o600, 0o600, 0o600), (0o640, 0o600, 0o600), (0o644, 0o640, 0o640), (0o644, 0o644, 0o644)],
+    ids=["private", "private-data", "group", "public"],
+)
+def test_outputs_take_at_most_the_inputs_permissions(
+    tmp_path: Path, args: list[str], model_mode: int, data_mode: int, expected: int
+) -> None:
+    """A 0600 data file was copied as 0644: private weights became world-readable. Each
+    file written (OUT, its data file, the report) has at most the permissions every input
+    file grants, and the umask still applies."""
+    src = _save_external(_model("a", 1), tmp_path / "in.onnx")
+    src.chmod(model_mode)
+    (tmp_path / "in.onnx.data").chmod(data_mode)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    argv = [a.format(d=out_dir) for a in args]
+    old = os.umask(0o022)
+    try:
+        assert main(["-q", "lower", str(src), "-o", str(out_dir / "o.onnx"), *argv]) == 0
+    finally:
+        os.umask(old)
+    written = sorted(out_dir.iterdir())
+    assert written and {p.name: _mode(p) for p in written} == {p.name: expected for p in written}
+    assert _identity(out_dir / "o.onnx") == "a"
+
+
+def test_the_umask_still_applies_and_the_staging_directory_is_private(tmp_path: Path) -> None:
+    src = _save_external(_model("a", 1), tmp_path / "in.onnx")
+    out = tmp_path / "o.onnx"
+    old = os.umask(0o077)
+    try:
+        from onnxscript_ep_passes._atomic import Stage
+
+        stage = Stage(out, None)
+        stage.create()
+        try:
+            assert _mode(stage.path) == 0o700
+        finally:
+            stage.cleanup()
+        assert main(["-q", "lower", str(src), "-o", str(out), "--target-opset", "23"]) == 0
+    finally:
+        os.umask(old)
+    assert _mode(out) == _mode(tmp_path / "o.onnx.data") == 0o600

@@ -51,6 +51,26 @@ def test_lowest_opset_reaches_the_lowering() -> None:
         OptimizeForEpPass("cuda", lowest_opset=17)
 
 
+def test_the_fused_copy_is_priced_with_the_users_dims(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The pipeline weighs the lowered model against its re-fused copy; both prices must use
+    # the sizes the user gave (--dims), as the lowering's own search does.
+    import onnxscript_ep_passes.pipeline as pipeline
+
+    seen: list[object] = []
+    real = pipeline.placement_cost
+
+    def recording(prediction, model, sizes=None):  # type: ignore[no-untyped-def]
+        seen.append(sizes)
+        return real(prediction, model, sizes)
+
+    monkeypatch.setattr(pipeline, "placement_cost", recording)
+    model = ir.from_proto(export_proto("llama", 24))
+    optimize_for_ep(model, "cuda", table=get_table("cuda", "1.24"), dims="batch=3,seq=77")
+    # The model before and after (the verdict's figures), the lowered model and its copy.
+    assert len(seen) == 4
+    assert all(dict(s.bindings) == {"batch": 3, "seq": 77} for s in seen), seen  # type: ignore[attr-defined]
+
+
 def test_no_lowering_where_the_ep_has_the_newer_kernels() -> None:
     # ORT main (Sept 2026) registers Reshape/Transpose/... 24: opset 24 is already best.
     model = ir.from_proto(export_proto("llama", 24))

@@ -10,12 +10,13 @@ set-up, and ``tests/test_example.py`` the first command's lowering.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.harness import checkout_like, fenced_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -31,7 +32,7 @@ pytestmark = [
 
 def readme_blocks() -> list[tuple[str, str]]:
     """``(language, code)`` of each fenced block of the README, in order."""
-    return re.findall(r"^```(\w*)\n(.*?)^```", README.read_text(), flags=re.S | re.M)
+    return fenced_blocks(README)
 
 
 def test_readme_starts_with_the_two_commands() -> None:
@@ -44,14 +45,7 @@ def test_readme_starts_with_the_two_commands() -> None:
 def test_readme_blocks_run_as_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / ".venv").symlink_to(Path(sys.prefix))
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
-    subprocess.run(
-        [sys.executable, "examples/make_example_model.py", "out/example.onnx"],
-        cwd=tmp_path,
-        check=True,
-        capture_output=True,
-    )
+    checkout_like(tmp_path)
     monkeypatch.chdir(tmp_path)
     ran = {"python": 0, "bash": 0}
     samples: list[str] = []

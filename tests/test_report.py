@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import onnx
 import onnx.helper as oh
 import onnx_ir as ir
@@ -98,4 +99,49 @@ def test_cli_rejects_objective_options_without_an_ep(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as usage:  # a usage error: argparse's exit status 2
         main([*args, "--measure"])
     assert usage.value.code == 2
-    assert main(["report", str(source), "--ep", "webgpu", "--dims", "batch"]) == 1
+    with pytest.raises(SystemExit) as usage:  # a bad --dims value: a usage error too
+        main(["report", str(source), "--ep", "webgpu", "--dims", "batch"])
+    assert usage.value.code == 2
+
+
+def test_each_node_says_what_the_chosen_candidate_does_to_it() -> None:
+    """Reshape-24 misses the table's Reshape [1, 23]: opset 23 wins. There the lowering
+    replaces Swish-24 (new at 24, expanded through its body); the table has no Gelu at any
+    version, so legalization expands it; the rest resolves at 23 (relabelled)."""
+    from onnxscript_ep_passes.ep.kernel_table import KernelRange
+
+    every = ("Sigmoid", "Mul", "Div", "Erf", "Add", "Relu", "CastLike", "Constant", "Sqrt")
+    every += ("Tanh", "Pow", "Sub", "Sum", "Cast", "Identity")
+    rows = {("", op): (KernelRange(1, 99, None),) for op in every}
+    rows[("", "Reshape")] = (KernelRange(1, 23, None),)
+    table = KernelTable("TestExecutionProvider", "0.0", "test", rows)
+    shape = onnx.numpy_helper.from_array(np.array([4, 2], np.int64), "shape")
+    graph = oh.make_graph(
+        [
+            oh.make_node("Swish", ["x"], ["s"], name="swish", alpha=1.0),
+            oh.make_node("Gelu", ["s"], ["g"], name="gelu"),
+            oh.make_node("Reshape", ["g", "shape"], ["r"], name="reshape"),
+            oh.make_node("Relu", ["r"], ["y"], name="relu"),
+        ],
+        "g",
+        [oh.make_tensor_value_info("x", FLOAT, [2, 4])],
+        [oh.make_tensor_value_info("y", FLOAT, [4, 2])],
+        [shape],
+    )
+    model = ir.from_proto(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 24)]))
+    report = placement_report(model, "test", table=table)
+    jsonschema.validate(report, report_schema())
+    assert report["chosen"] == {"opset": 23, "legalized": True}, report["candidates"]
+    nodes = report["before"]["nodes"]
+    # Swish has no kernel even on CPU at 24: ORT inlines its body; those nodes are Swish's.
+    inlined = [n for n in nodes if n["name"].startswith("_inlfunc_Swish")]
+    assert inlined and all(n["done"] == "replaced" for n in inlined), inlined
+    done = {n["name"]: n["done"] for n in nodes if n not in inlined}
+    assert done == {
+        "gelu": "expanded_for_ep",
+        "reshape": "relabelled",
+        "relu": "relabelled",
+    }, done
+    (chosen,) = [c for c in report["candidates"] if c["opset"] == 23 and c["legalized"]]
+    assert chosen["changes"] == {"relabelled": True, "nodes_replaced": 2, "expanded_for_ep": 1}
+    assert all(n["done"] is None for n in report["after"]["nodes"])

@@ -8,7 +8,7 @@ import onnx_ir as ir
 
 from onnxscript_ep_passes.ep import get_table
 from onnxscript_ep_passes.passes import LowerOpsetForEpPass, choose_target_opset
-from onnxscript_ep_passes.verdict import ep_display_name, table_label, verdict
+from onnxscript_ep_passes.verdict import Figures, ep_display_name, quantity, table_label, verdict
 from tests.harness import reshape_chain
 
 
@@ -27,12 +27,13 @@ def test_verdict_words() -> None:
         table_source="live:get_registered_ep_kernel_defs",
         source_opset=25,
         chosen_opset=24,
-        memcpy=(376, 4),
-        cpu_nodes=(493, 59),
+        before=Figures(376, 5_820_000, 18.1e6, 450, 43),
+        after=Figures(4, 1024, 0, 0, 59),
     )
-    assert (
-        line
-        == "opset 25 -> 24 on WebGPU (ORT 1.32, live table): Memcpy 376 -> 4, CPU nodes 493 -> 59"
+    # What the user pays first (copies, bytes, CPU compute), then the nodes by kind.
+    assert line == (
+        "opset 25 -> 24 on WebGPU (ORT 1.32, live table): Memcpy 376 -> 4 (5.8 MB -> 1.0 kB "
+        "per run), CPU compute 18.1 MFLOP -> 0; fall back 450 -> 0, shape math on CPU 43 -> 59"
     )
     kept = verdict(
         ep="CUDAExecutionProvider",
@@ -40,16 +41,24 @@ def test_verdict_words() -> None:
         table_source="snapshot:cuda-ort-main-2026-09.tsv",
         source_opset=24,
         chosen_opset=24,
-        memcpy=(2, 0),
-        cpu_nodes=(1, 0),
+        before=Figures(2, 64, 1000, 1),
+        after=Figures(0),
         expanded=1,
         assumed=True,
         model="m.onnx",
     )
     assert kept == (
         "m.onnx: opset 24 kept (1 node expanded) on CUDA (ORT main-2026-09 assumed, "
-        "snapshot cuda-ort-main-2026-09): Memcpy 2 -> 0, CPU nodes 1 -> 0"
+        "snapshot cuda-ort-main-2026-09): Memcpy 2 -> 0 (64 B -> 0 per run), "
+        "CPU compute 1.0 kFLOP -> 0; fall back 1 -> 0"
     )
+    assert [quantity(v, "B") for v in (0, 999, 1000, 1_500_000, 2e12)] == [
+        "0",
+        "999 B",
+        "1.0 kB",
+        "1.5 MB",
+        "2.0 TB",
+    ]
 
 
 def test_choice_summary_and_short_repr() -> None:
@@ -57,7 +66,7 @@ def test_choice_summary_and_short_repr() -> None:
     choice = choose_target_opset(model, get_table("cuda", "1.24"))
     assert choice.summary() == (
         "opset 24 -> 23 on CUDA (ORT 1.24, snapshot cuda-ort-1.24): "
-        f"Memcpy {choice.before.memcpy} -> 0, CPU nodes 40 -> 0"
+        "Memcpy 1 -> 0 (48 B -> 0 per run), CPU compute 480 FLOP -> 0; fall back 40 -> 0"
     )
     assert choice.summary("big.onnx").startswith("big.onnx: opset 24 -> 23 on CUDA")
     text = repr(choice)

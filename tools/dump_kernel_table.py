@@ -20,17 +20,10 @@ import sys
 from pathlib import Path
 
 from onnxscript_ep_passes.ep.live_tables import LiveTableUnavailableError, live_table
-from onnxscript_ep_passes.ep.names import canonical_ep_name
+from onnxscript_ep_passes.ep.profiles import resolve_ep
 from onnxscript_ep_passes.ep.snapshots import write_snapshot
 
 logger = logging.getLogger("dump_kernel_table")
-
-_PREFIX = {
-    "CUDAExecutionProvider": "cuda",
-    "DmlExecutionProvider": "dml",
-    "WebGpuExecutionProvider": "webgpu",
-    "CPUExecutionProvider": "cpu",
-}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,14 +35,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
-    ep = canonical_ep_name(args.ep)
+    profile = resolve_ep(args.ep)
+    ep = profile.ort_name
     try:
         table = live_table(ep)
     except LiveTableUnavailableError as e:
         logger.error("cannot list %s here: %s", ep, e)
         return 2
     version = ".".join(table.ort_version.split(".")[:2])
-    name = args.name or f"{_PREFIX[ep]}-ort-{version}"
+    name = args.name or f"{profile.short_name}-ort-{version}"
     path = write_snapshot(table, args.out, name, notes=args.notes)
     logger.info(
         "wrote %s: %d kernels of %s, ORT %s (%s)",

@@ -10,7 +10,7 @@
 # - Optionally installs the Python packages (onnxruntime-ep-webgpu) into the active
 #   interpreter when SETUP_WEBGPU_PIP=1 (default: 0; the project's extras do that).
 # - Sessions need ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER=1 to accept the lavapipe adapter
-#   (onnxscript_ep_passes.ep.webgpu.register_webgpu sets it unless already set); a script
+#   (onnxscript_ep_passes.ep.profiles.webgpu.register_webgpu sets it unless already set); a script
 #   cannot set it for its caller.
 set -euo pipefail
 

@@ -7,6 +7,13 @@ Rules (see ``model_io``'s docstring for the whole contract):
   a name the old OUT does not use), then the graph, then removes data files named after
   OUT that the new graph does not use. A clean failure leaves nothing behind.
 * Copies never read past the end they are given.
+* The staging directory is private (mode 0700) and each file leaves it with at most the
+  permissions of the files it was made from (:func:`permission_mask`): a 0600 input gives
+  a 0600 OUT and data file, whatever the umask allows.
+* An interrupt (SIGINT, SIGTERM, SIGHUP; :mod:`._signals`) runs the clean-up: nothing
+  staged is left; one that arrives during the commit's renames waits until they are done.
+* A side output (``--report-json``) is written by :func:`write_file`: a temporary file
+  beside it, flushed, then ``os.replace``; removed on any failure or interrupt.
 * **Every graph written is checked** (:func:`~.output_check.check_output`: onnx's
   checker with ``full_check``) before it is staged, so an OUT that fails the checker is
   never moved into place.
@@ -18,7 +25,7 @@ Rules (see ``model_io``'s docstring for the whole contract):
 
 from __future__ import annotations
 
-__all__ = ["Stage"]
+__all__ = ["Stage", "is_data_name", "permission_mask", "write_file"]
 
 import contextlib
 import logging
@@ -28,12 +35,13 @@ import secrets
 import shutil
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import onnx
 
 from onnxscript_ep_passes._onnx import point_external_data
+from onnxscript_ep_passes._signals import deferred
 from onnxscript_ep_passes.output_check import check_output
 
 logger = logging.getLogger(__name__)
@@ -46,12 +54,67 @@ def _one_line(error: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-class Stage:
-    """A private directory next to OUT where the new files are written before the commit."""
+def _data_pattern(out_name: str) -> re.Pattern[str]:
+    return re.compile(re.escape(out_name) + r"(\.[0-9a-f]{8})?\.data")
 
-    def __init__(self, out: Path, source: str | None) -> None:
+
+def is_data_name(out: Path, path: Path) -> bool:
+    """Whether ``path`` is named as a data file of OUT may be (``OUT.data``,
+    ``OUT.<8 hex>.data`` in OUT's directory): saving OUT writes and removes such files."""
+    directory = os.path.realpath(out.parent)
+    if os.path.realpath(path.parent) != directory:
+        return False
+    return _data_pattern(out.name).fullmatch(path.name) is not None
+
+
+def permission_mask(paths: Iterable[str | os.PathLike[str]]) -> int:
+    """The permission bits every file of ``paths`` grants (read and write bits only);
+    an output made from them gets at most these. 0o666 when ``paths`` is empty."""
+    mask = 0o666
+    for path in paths:
+        with contextlib.suppress(OSError):
+            mask &= stat.S_IMODE(os.stat(path).st_mode)
+    return mask
+
+
+def _restrict(path: Path, mask: int) -> None:
+    """Take from ``path`` the permission bits ``mask`` does not grant."""
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    if mode & ~mask:
+        os.chmod(path, mode & mask)
+
+
+def write_file(path: Path, data: bytes, mask: int = 0o666) -> None:
+    """Write ``data`` to ``path`` atomically: a temporary file in its directory (created
+    with at most ``mask``'s permissions, flushed), then ``os.replace``. On any failure or
+    interrupt the temporary file is removed and ``path`` is as it was."""
+    temporary = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(temporary, flags, 0o666 & mask)
+    try:
+        with open(fd, "wb", closefd=True) as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    _sync_directory(path.parent)
+
+
+class Stage:
+    """A private directory next to OUT where the new files are written before the commit.
+
+    ``mask``: the permission bits the committed files may keep (:func:`permission_mask`
+    of the files they were made from).
+    """
+
+    def __init__(self, out: Path, source: str | None, mask: int = 0o666) -> None:
         self.out = out
         self.directory = out.parent
+        self.mask = mask
         self.source = source  # resolved path the model was loaded from, if known
         self.path = Path(
             os.path.realpath(self.directory / f".{out.name}.{secrets.token_hex(4)}.tmp")
@@ -63,7 +126,7 @@ class Stage:
     def create(self) -> None:
         """Make the staging directory, lock it, and remove abandoned ones of this OUT."""
         with _directory_lock(self.directory) as locked:
-            os.mkdir(self.path)
+            os.mkdir(self.path, 0o700)
             if locked:
                 self._held = _try_lock(self.path)
                 self._remove_abandoned()
@@ -140,8 +203,9 @@ class Stage:
             os.close(fd)
 
     def commit(self, data_name: str | None, keep: set[str]) -> None:
-        """Move the staged data file (if any) and then the graph into place."""
-        with _directory_lock(self.directory) as locked:
+        """Move the staged data file (if any) and then the graph into place; an interrupt
+        meanwhile waits until both are in place (:func:`~._signals.deferred`)."""
+        with deferred(), _directory_lock(self.directory) as locked:
             taken = self.out.exists() and (self.directory / self.preferred).exists()
             if data_name == self.preferred and taken:  # another writer took the name
                 new_name = self._fresh_name()
@@ -149,8 +213,10 @@ class Stage:
                 os.replace(self.path / data_name, self.path / new_name)
                 data_name = new_name
             if data_name is not None:
+                _restrict(self.path / data_name, self.mask)
                 os.replace(self.path / data_name, self.directory / data_name)
                 keep = keep | {data_name}
+            _restrict(self.graph, self.mask)
             os.replace(self.graph, self.out)
             _sync_directory(self.directory)
             if locked:
@@ -158,7 +224,7 @@ class Stage:
 
     def _remove_stale(self, keep: set[str]) -> None:
         """Remove data files named after OUT that the new OUT does not use."""
-        pattern = re.compile(re.escape(self.out.name) + r"(\.[0-9a-f]{8})?\.data")
+        pattern = _data_pattern(self.out.name)
         for entry in os.scandir(self.directory):
             if pattern.fullmatch(entry.name) and entry.name not in keep:
                 logger.debug("removing %s, which the old %s used", entry.name, self.out.name)
@@ -166,10 +232,14 @@ class Stage:
                     os.unlink(entry.path)
 
     def cleanup(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
-        if self._held is not None:
-            os.close(self._held)
-            self._held = None
+        try:
+            shutil.rmtree(self.path, ignore_errors=True)
+        finally:  # cut short by an interrupt: finish (later ones are ignored meanwhile)
+            if os.path.lexists(self.path):
+                shutil.rmtree(self.path, ignore_errors=True)
+            if self._held is not None:
+                os.close(self._held)
+                self._held = None
 
 
 def _try_lock(path: Path) -> int | None:

@@ -9,15 +9,26 @@ Rules:
   ``--version`` prints the package's version and those of onnx and ONNX Runtime.
 - stdout carries results only (the verdict, the report, ``--json``); logs, ORT's and the
   GPU driver's messages go to stderr.
+- One summary per command: its verdict line on stdout. stderr gets warnings, errors and
+  the command's own notes; the passes' INFO lines, the lists of nodes and ORT's/Dawn's
+  warnings only with ``-v`` (:mod:`._cli_logging`).
+- Text from the model (names, op types, domains) is printed with control characters
+  escaped (:mod:`.display`); ``--json`` keeps the exact strings.
 - A target that is not below the model's opset (or an EP choice that keeps the model as
   it is) is "nothing to do": exit 0, and OUT is not written unless
   ``--write-unchanged`` asks for it.
 - A missing or contradictory option is a usage error (:class:`UsageError`, exit 2 with the
   usage line), found before the model is read where possible.
 
+- A bad option value (``--target-opset 0``, ``--max-length -1``, ``--ep ''``) is a usage
+  error naming the option (:mod:`.cli_options`); so is a path that would write over an
+  input or another output (:mod:`._paths`), found before any file is read.
+- Ctrl-C, SIGTERM and SIGHUP stop the run (:mod:`._signals`): what was being written is
+  removed, one line is logged, the exit status is 128 + the signal's number.
+
 Exit status (see :data:`EXIT_STATUS_HELP`): 0 success, 1 bad input or I/O error, 2 usage
 error, 3 the model cannot be lowered exactly (the offending nodes are listed, OUT is not
-written).
+written), 128 + N interrupted by signal N (130: Ctrl-C).
 """
 
 from __future__ import annotations
@@ -33,15 +44,16 @@ import importlib.util
 import json
 import logging
 import os
+import signal
 import sys
 import types
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from onnxscript_ep_passes import __version__
-from onnxscript_ep_passes._cli_logging import configure_logging
+from onnxscript_ep_passes._cli_logging import configure_logging, native_output
 from onnxscript_ep_passes._collector import paused_collector
+from onnxscript_ep_passes._signals import Interrupted, interrupts_raised
 from onnxscript_ep_passes.cli_examples import (
     LOWER_EXAMPLES,
     OPTIMIZE_EXAMPLES,
@@ -49,7 +61,20 @@ from onnxscript_ep_passes.cli_examples import (
     lowest_opset_problem,
     objective_arguments,
 )
-from onnxscript_ep_passes.errors import EXIT_BAD_INPUT, EXIT_REFUSED, DowngradeError, one_line
+from onnxscript_ep_passes.cli_options import (
+    ep_value,
+    opset_value,
+    ort_version_value,
+    path_value,
+)
+from onnxscript_ep_passes.display import shown, shown_lines
+from onnxscript_ep_passes.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_REFUSED,
+    DowngradeError,
+    UsageError,
+    one_line,
+)
 
 # Start-up is a large part of a run on small models, so each command imports what it
 # needs when it runs: ``lower --target-opset`` never imports onnxruntime, onnxscript or
@@ -63,12 +88,9 @@ EXIT_STATUS_HELP = """\
 exit status:
   0  success (also "nothing to do")
   1  bad input or I/O error: one line naming the problem (docs/safety.md)
-  2  usage error (unknown or missing option)
-  3  the model cannot be lowered exactly: every offending node is listed, OUT is not written"""
-
-
-class UsageError(Exception):
-    """A missing or contradictory option: reported with the subcommand's usage, exit 2."""
+  2  usage error (unknown, missing or bad option; paths that would overwrite an input)
+  3  the model cannot be lowered exactly: every offending node is listed, OUT is not written
+  128+N  interrupted by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP): nothing partial left"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,12 +116,17 @@ class Command:
 
 
 def _lower_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="input .onnx file (external data is read lazily)")
-    parser.add_argument("-o", "--output", required=True, help="output .onnx file")
-    parser.add_argument("--target-opset", type=int, help="the ai.onnx opset to lower to")
-    parser.add_argument("--ep", help="pick the opset best for this EP (webgpu, cuda, dml, ...)")
+    model_help = "input .onnx file (external data is read lazily)"
+    parser.add_argument("model", type=path_value, help=model_help)
+    parser.add_argument("-o", "--output", required=True, type=path_value, help="output .onnx file")
+    parser.add_argument("--target-opset", type=opset_value, help="the ai.onnx opset to lower to")
     parser.add_argument(
-        "--ort-version", help="with --ep: the ORT release the model will run on (e.g. 1.24)"
+        "--ep", type=ep_value, help="pick the opset best for this EP (webgpu, cuda, dml, ...)"
+    )
+    parser.add_argument(
+        "--ort-version",
+        type=ort_version_value,
+        help="with --ep: the ORT release the model will run on (e.g. 1.24)",
     )
     parser.add_argument(
         "--no-legalize",
@@ -108,7 +135,10 @@ def _lower_arguments(parser: argparse.ArgumentParser) -> None:
     )
     objective_arguments(parser)
     parser.add_argument(
-        "--report-json", metavar="FILE", help="with --ep: also write the JSON report to FILE"
+        "--report-json",
+        metavar="FILE",
+        type=path_value,
+        help="with --ep: also write the JSON report to FILE",
     )
     parser.add_argument(
         "--write-unchanged",
@@ -132,65 +162,12 @@ def _lower_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _lower(args: argparse.Namespace) -> int:
-    if args.target_opset is None and args.ep is None:
-        raise UsageError("lower needs --target-opset N or --ep NAME")
-    if args.ep is None and (args.ort_version or args.no_legalize):
-        raise UsageError("--ort-version and --no-legalize need --ep")
-    if args.ep is None and (
-        args.report_json or args.measure or args.kernel_table or args.dims or args.lowest_opset
-    ):
-        raise UsageError(
-            "--report-json, --measure, --kernel-table, --dims and --lowest-opset need --ep"
-        )
-    from onnxscript_ep_passes.lower_cli import (
-        lower_for_ep,
-        lower_proto,
-        lower_to_opset,
-        model_opset,
-    )
-    from onnxscript_ep_passes.model_io import (
-        check_output_path,
-        load_graph_proto,
-        model_from_proto,
-        save_model,
-    )
-    from onnxscript_ep_passes.proto_save import early_save, proto_source_file
+    from onnxscript_ep_passes.lower_cli import run
 
-    if problem := lowest_opset_problem(args):
-        raise UsageError(problem)
-    if args.ep is None:
-        from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
-
-        LowerOpsetPass(args.target_opset)  # rejects a target it does not support
-    name = Path(args.model).name
-    external = {"auto": None, "always": True, "never": False}[args.external_data]
-    proto = load_graph_proto(args.model)
-    data = proto_source_file(proto, args.model, external_data=external, weights=args.weights)
-    if args.ep is None and (fast := lower_proto(proto, data, args.output, args.target_opset)):
-        _say(args, f"{name}: {fast}")
-        _say(args, f"wrote {args.output}")
-        return 0
-    # The weights copy starts now and overlaps the work (lower --ep: the whole search).
-    with early_save(proto, args.model, args.output, data) as saving:
-        model = model_from_proto(proto, args.model)
-        del proto
-        if problem := check_output_path(model, args.output, args.weights):
-            raise UsageError(problem)
-        source = model_opset(model)
-        with _stdout_to_stderr():
-            if args.ep is None:
-                changed, line = lower_to_opset(model, args.target_opset, source)
-            else:
-                changed, line = lower_for_ep(model, args)
-        if not changed:
-            _say(args, f"nothing to do: {name}: {line}")
-            if not args.write_unchanged:
-                return 0  # the copy stops and what it staged goes
-        else:
-            _say(args, f"{name}: {line}")
-        if saving is None or not saving.commit_model(model):
-            save_model(model, args.output, external_data=external, weights=args.weights)
-    _say(args, f"wrote {args.output}")
+    with _stdout_to_stderr():
+        lines = run(args)
+    for line in lines:
+        _say(args, line)
     return 0
 
 
@@ -198,13 +175,18 @@ def _lower(args: argparse.Namespace) -> int:
 
 
 def _report_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="input .onnx file")
-    parser.add_argument("--ep", required=True, help="webgpu, cuda, dml, or an ORT EP name")
+    parser.add_argument("model", type=path_value, help="input .onnx file")
+    parser.add_argument(
+        "--ep", required=True, type=ep_value, help="webgpu, cuda, dml, or an ORT EP name"
+    )
     parser.add_argument(
         "--ort-version",
+        type=ort_version_value,
         help="the ORT release (default: the installed one; a snapshot when it cannot list the EP)",
     )
-    parser.add_argument("--target-opset", type=int, help="evaluate this opset, not the best")
+    parser.add_argument(
+        "--target-opset", type=opset_value, help="evaluate this opset, not the best"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--all", action="store_true", help="list every op, not only those whose placement changes"
@@ -212,18 +194,25 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-legalize", action="store_true", help="only choose the opset; expand nothing"
     )
+    parser.add_argument(
+        "--no-run",
+        action="store_true",
+        help="do not run the model (and, when it fails, the candidates) on ORT's CPU EP",
+    )
     objective_arguments(parser)
 
 
 def _report(args: argparse.Namespace) -> int:
     if args.json and args.all:
         raise UsageError("--all applies to the text report; --json always holds every node")
+    from onnxscript_ep_passes.cli_files import read_table
     from onnxscript_ep_passes.ep.dims import parse_dims
     from onnxscript_ep_passes.model_io import load_model
     from onnxscript_ep_passes.report import placement_report, print_report
 
     if problem := lowest_opset_problem(args):
         raise UsageError(problem)
+    table = read_table(args)
     model = load_model(args.model)
     with _stdout_to_stderr():
         result = placement_report(
@@ -231,12 +220,14 @@ def _report(args: argparse.Namespace) -> int:
             args.ep,
             ort_version=args.ort_version,
             target_opset=args.target_opset,
+            table=table,
             legalize=not args.no_legalize,
             dims=parse_dims(args.dims),
             measure=args.measure,
             kernel_table=args.kernel_table,
             model_name=args.model,
             lowest_opset=args.lowest_opset,
+            check_runs=not args.no_run,
         )
     if args.json:
         sys.stdout.write(json.dumps(result) + "\n")
@@ -255,8 +246,12 @@ def _optimize_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _optimize(args: argparse.Namespace) -> int:
+    from onnxscript_ep_passes.cli_files import check_paths
     from onnxscript_ep_passes.optimize_cli import run
 
+    if problem := lowest_opset_problem(args):
+        raise UsageError(problem)
+    check_paths(args, {"-o": args.output, "--report-json": args.report_json})
     with _stdout_to_stderr():
         lines = run(args)
     for line in lines:
@@ -363,9 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _say(args: argparse.Namespace, line: str) -> None:
-    """A result line on stdout (not with -q)."""
+    """A result line on stdout (not with -q), control characters escaped."""
     if not args.quiet:
-        sys.stdout.write(line + "\n")
+        sys.stdout.write(shown(line) + "\n")
         sys.stdout.flush()
 
 
@@ -435,14 +430,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose, args.quiet)
+    with native_output(args.verbose):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
-        with paused_collector():
+        with interrupts_raised(), paused_collector():
             return int(args.run(args))
+    except KeyboardInterrupt as error:  # Ctrl-C, SIGTERM, SIGHUP: the clean-up has run
+        signum = error.signum if isinstance(error, Interrupted) else signal.SIGINT
+        name = signal.Signals(signum).name
+        logger.error("interrupted by %s: stopped, no partial output left", name)
+        return 128 + signum
     except UsageError as error:
-        args.usage_error(str(error))  # prints the subcommand's usage, exits 2
+        args.usage_error(shown(error))  # prints the subcommand's usage, exits 2
         raise  # pragma: no cover - error() exits
     except DowngradeError as error:
-        sys.stderr.write(f"{error}\n")
+        sys.stderr.write(f"{shown_lines(error)}\n")
         return EXIT_REFUSED
     except Exception as error:  # every other failure: one line, exit 1, never a traceback
         logger.error("%s", one_line(error, getattr(args, "model", PROG)))

@@ -13,6 +13,8 @@ __all__ = [
 
 import argparse
 
+from onnxscript_ep_passes.cli_options import dims_value, opset_value, path_value
+
 LOWER_EXAMPLES = """\
   # lower exactly to opset 23 (weights stay in OUT.onnx.data, next to OUT)
   onnxscript-ep-passes lower model.onnx -o model-23.onnx --target-opset 23
@@ -37,16 +39,16 @@ OPTIMIZE_EXAMPLES = """\
 def objective_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the EP objective's options to ``parser``."""
     dims_help = "sizes of symbolic dimensions (default: 'batch' 1, 'past' 128, others 128)"
-    parser.add_argument("--dims", metavar="NAME=SIZE,...", help=dims_help)
+    parser.add_argument("--dims", metavar="NAME=SIZE,...", type=dims_value, help=dims_help)
     measure_help = "run the best candidates in real ORT sessions on the EP; keep the fastest"
     parser.add_argument("--measure", action="store_true", help=measure_help)
     table_help = "the EP's kernels in the snapshot TSV format (an EP without a shipped table)"
-    parser.add_argument("--kernel-table", metavar="FILE", help=table_help)
+    parser.add_argument("--kernel-table", metavar="FILE", type=path_value, help=table_help)
     lowest_help = (
         "weigh no opset below N (default 18): a faster search when lower opsets are not "
         "wanted (below some opset a model's ops may expand to several times its size)"
     )
-    parser.add_argument("--lowest-opset", metavar="N", type=int, help=lowest_help)
+    parser.add_argument("--lowest-opset", metavar="N", type=opset_value, help=lowest_help)
 
 
 def lowest_opset_problem(args: argparse.Namespace) -> str | None:

@@ -4,6 +4,7 @@
   nodes cannot be expressed at the target opset.
 - :class:`InvalidModelError`: the input is not a model the tool will read (not ONNX,
   malformed, unsafe external data, ...); its message is one line naming the problem.
+- :class:`UsageError`: the command line's options cannot work together (exit 2).
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ __all__ = [
     "DowngradeError",
     "InvalidModelError",
     "Refusal",
+    "UsageError",
     "built_node_reason",
     "one_line",
 ]
 
 import dataclasses
 from collections.abc import Sequence
+
+from onnxscript_ep_passes.display import shown
 
 EXIT_OK = 0  # the command line's exit status: success
 EXIT_BAD_INPUT = 1  # the input is not a usable model, or reading/writing failed
@@ -54,13 +58,14 @@ class Refusal:
     scope: str = ""
 
     def __str__(self) -> str:
-        name = f"'{self.node_name}'" if self.node_name else "<unnamed>"
-        where = f", in {self.scope}" if self.scope else ""
-        op = f"{self.domain}::{self.op_type}" if self.domain else self.op_type
+        """One line; the model's strings with control characters escaped."""
+        name = f"'{shown(self.node_name)}'" if self.node_name else "<unnamed>"
+        where = f", in {shown(self.scope)}" if self.scope else ""
+        op = shown(f"{self.domain}::{self.op_type}" if self.domain else self.op_type)
         step = ""
         if self.step != self.since_version:
-            step = f"at step {self.op_type}-{self.step}: "
-        return f"node {name} ({op}-{self.since_version}{where}): {step}{self.reason}"
+            step = f"at step {shown(self.op_type)}-{self.step}: "
+        return f"node {name} ({op}-{self.since_version}{where}): {step}{shown(self.reason)}"
 
 
 def built_node_reason(op_type: str, name: str | None, since: int, step: int, reason: str) -> str:
@@ -96,7 +101,7 @@ class DowngradeError(ValueError):
         super().__init__(self._format())
 
     def _format(self) -> str:
-        what = f"model '{self.model_name}'" if self.model_name else "the model"
+        what = f"model '{shown(self.model_name)}'" if self.model_name else "the model"
         span = ""
         if self.source_opset is not None and self.target_opset is not None:
             span = f" from opset {self.source_opset} to {self.target_opset}"
@@ -117,9 +122,15 @@ class InvalidModelError(ValueError):
     """
 
 
+class UsageError(Exception):
+    """A missing or contradictory option: reported with the subcommand's usage, exit 2."""
+
+
 def one_line(error: BaseException, where: str) -> str:
-    """A failure other than a refusal, as the command line reports it: one line."""
-    text = " ".join(str(error).split()) or type(error).__name__
+    """A failure other than a refusal, as the command line reports it: one line, control
+    characters escaped (the message may quote the model's names)."""
+    text = shown(" ".join(str(error).split()) or type(error).__name__)
+    where = shown(where)
     if isinstance(error, (InvalidModelError, OSError, ValueError)):
         return text
     if isinstance(error, (MemoryError, RecursionError)):

@@ -32,7 +32,10 @@ Saving (:func:`save_model`):
   at any moment leaves the complete old OUT (with its data) or the complete new one;
   after a clean failure nothing is left behind. Afterwards the data files named after OUT
   that the new graph does not use are removed (the old OUT's).
-* OUT may be the input itself; OUT may never be a file the model's tensors are read from.
+* OUT and its data file get at most the permissions of the files the model was made from
+  (the model file and its data files): a private (0600) input gives a private output.
+* OUT may be the input itself; OUT may never be a file the model's tensors are read from
+  (compared by resolved path and by inode).
 * :mod:`~onnxscript_ep_passes.proto_save` saves the same way while starting the weights
   copy as soon as the proto is loaded (:func:`copy_file_source` says whether the model
   that is finally saved can use that copy).
@@ -59,7 +62,6 @@ __all__ = [
 
 import logging
 import os
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -69,7 +71,9 @@ import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
 from onnxscript_ep_passes._atomic import Stage as _Stage
+from onnxscript_ep_passes._atomic import permission_mask
 from onnxscript_ep_passes._onnx import point_external_data
+from onnxscript_ep_passes._paths import read_regular_file, same_file
 from onnxscript_ep_passes.errors import InvalidModelError
 from onnxscript_ep_passes.external_data_checks import check_external_data
 from onnxscript_ep_passes.model_checks import check_model_proto
@@ -118,21 +122,15 @@ def load_graph_proto(path: str | os.PathLike[str]) -> onnx.ModelProto:
     """``path``'s proto, checked as :func:`load_model` checks it; no weight is read."""
     label = os.fspath(path)
     source = Path(os.path.abspath(path))
-    try:
-        info = os.stat(source)
-    except OSError as error:
-        raise InvalidModelError(f"{label}: cannot read: {error.strerror}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise InvalidModelError(f"{label}: not a regular file")
-    if info.st_size == 0:
-        raise InvalidModelError(f"{label}: empty file (0 bytes), not an ONNX model")
-    if info.st_size > _MAX_PROTO_BYTES:
-        raise InvalidModelError(
-            f"{label}: {info.st_size} bytes, more than one protobuf can hold (2 GiB); "
-            "large weights belong in an external data file"
-        )
-    with open(source, "rb") as file:
-        data = file.read(_MAX_PROTO_BYTES + 1)
+    data = read_regular_file(
+        source,
+        label,
+        _MAX_PROTO_BYTES,
+        kind="an ONNX model",
+        too_large="more than one protobuf can hold (2 GiB); "
+        "large weights belong in an external data file",
+        error=InvalidModelError,
+    )
     proto = onnx.ModelProto()
     try:
         proto.ParseFromString(data)
@@ -216,7 +214,7 @@ def check_output_path(
     out = Path(os.path.abspath(path))
     if out.is_dir():
         raise IsADirectoryError(f"output '{path}' is a directory")
-    if Path(os.path.realpath(out)) in data_files(model):
+    if any(same_file(out, weights_file) for weights_file in data_files(model)):
         raise ValueError(
             f"refusing to write '{path}': the input's weights are read from that file; "
             "choose another output path"
@@ -316,15 +314,23 @@ def save_model(
     tensors = _initializer_tensors(model)
     external_data = _with_external_data(tensors, external_data)
     source = model.meta.get(_SOURCE_KEY)
-    stage = _Stage(out, source if isinstance(source, str) else None)
-    stage.create()
+    source = source if isinstance(source, str) else None
+    stage = _Stage(out, source, permission_mask(_input_files(model)))
     try:
+        stage.create()
         data_name, keep = _write(
             model, stage, tensors, external_data=external_data, weights=weights
         )
         stage.commit(data_name, keep)
     finally:
         stage.cleanup()
+
+
+def _input_files(model: ir.Model) -> set[Path]:
+    """The files ``model`` was made from: the model file it was loaded from (if known)
+    and the data files its weights are read from."""
+    source = model.meta.get(_SOURCE_KEY)
+    return data_files(model) | ({Path(source)} if isinstance(source, str) else set())
 
 
 def _write(

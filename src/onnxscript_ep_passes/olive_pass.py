@@ -49,6 +49,7 @@ from olive.passes import Pass
 from olive.passes.onnx.common import get_external_data_config, ir_model_to_olive_model
 from olive.passes.pass_config import BasePassConfig, PassConfigParam
 
+from onnxscript_ep_passes.ep.profiles import CPU
 from onnxscript_ep_passes.model_io import has_external_data
 from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringResult, LowerOpsetForEpPass
 
@@ -104,7 +105,7 @@ class LowerOpsetForEp(Pass):
         config: type[BasePassConfig],
         output_model_path: str,
     ) -> ONNXModelHandler:
-        ep = str(self.accelerator_spec.execution_provider or "CPUExecutionProvider")
+        ep = str(self.accelerator_spec.execution_provider or CPU.ort_name)
         ir_model = model.load_ir_model()
         lowering = LowerOpsetForEpPass(
             ep,

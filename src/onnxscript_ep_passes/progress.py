@@ -3,8 +3,8 @@
 Rules:
 
 * :func:`track` yields the items it is given, unchanged, whatever happens to the bar.
-* A bar is drawn (with ``rich``, on stderr, erased when done) only when ``sys.stderr`` is
-  a terminal; otherwise nothing is written and ``rich`` is not even imported, so logs,
+* A bar is drawn (with ``rich``, on stderr, erased when done) only when stderr is a
+  terminal (the real one while the command line filters native output); otherwise nothing is written and ``rich`` is not even imported, so logs,
   pipes and CI output stay clean.
 * Nested loops (candidate opsets, then legalization trials inside one) share one live
   display: an inner loop adds a line under the outer one and removes it when done.
@@ -14,9 +14,10 @@ from __future__ import annotations
 
 __all__ = ["track"]
 
-import sys
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
+
+from onnxscript_ep_passes._cli_logging import terminal_stderr
 
 T = TypeVar("T")
 
@@ -24,7 +25,7 @@ _live: Any = None  # the rich Progress being drawn, shared by nested loops
 
 
 def _enabled() -> bool:
-    isatty = getattr(sys.stderr, "isatty", None)
+    isatty = getattr(terminal_stderr(), "isatty", None)
     return bool(isatty and isatty())
 
 
@@ -44,7 +45,7 @@ def track(items: Iterable[T], description: str, total: int | None = None) -> Ite
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            console=Console(file=sys.stderr),
+            console=Console(file=terminal_stderr()),
             transient=True,
         )
         _live.start()

@@ -38,7 +38,9 @@ import onnx
 import onnx_ir as ir
 
 from onnxscript_ep_passes._atomic import Stage as _Stage
+from onnxscript_ep_passes._atomic import permission_mask
 from onnxscript_ep_passes._onnx import iter_graphs, point_external_data
+from onnxscript_ep_passes._paths import same_file
 from onnxscript_ep_passes.external_data_checks import check_external_data
 from onnxscript_ep_passes.model_io import (
     INLINE_TENSOR_LIMIT,
@@ -114,11 +116,18 @@ def proto_source_file(
     return source
 
 
-def save_proto(proto: onnx.ModelProto, out: str | os.PathLike[str], source: Path | None) -> None:
+def save_proto(
+    proto: onnx.ModelProto,
+    out: str | os.PathLike[str],
+    source: Path | None,
+    model_path: str | os.PathLike[str] | None = None,
+) -> None:
     """Write ``proto`` to ``out`` atomically, as
     :func:`~onnxscript_ep_passes.model_io.save_model` does; its external data (``source``,
-    see :func:`proto_source_file`) copied up to its last declared tensor."""
-    with ProtoSave(proto, out, source) as saving:
+    see :func:`proto_source_file`) copied up to its last declared tensor. The files get at
+    most the permissions of ``source`` and of ``model_path`` (the file ``proto`` was read
+    from), when given."""
+    with ProtoSave(proto, out, source, model_path) as saving:
         saving.commit(proto)
 
 
@@ -130,23 +139,30 @@ class ProtoSave:
     the output and starts that copy in a thread; the caller rewrites the proto's nodes
     meanwhile (never its initializers) and calls :meth:`commit`, which waits for the copy,
     writes the graph and moves both into place as :func:`save_proto` does; or it works on
-    an onnx-ir model of the proto and calls :meth:`commit_model`. Leaving the ``with``
+    an onnx-ir model of the proto and calls :meth:`commit_model`. The files committed get at
+    most the permissions of ``source`` and ``model_path`` (the model file). Leaving the ``with``
     block without a commit (the caller declined, or an error or an interrupt) stops the
     copy at its next chunk and removes everything staged.
     """
 
-    def __init__(self, proto: onnx.ModelProto, out: str | os.PathLike[str], source: Path | None):
+    def __init__(
+        self,
+        proto: onnx.ModelProto,
+        out: str | os.PathLike[str],
+        source: Path | None,
+        model_path: str | os.PathLike[str] | None = None,
+    ):
         target = Path(os.path.abspath(out))
         if target.is_dir():
             raise IsADirectoryError(f"output '{out}' is a directory")
         read = set() if source is None else {Path(os.path.realpath(source))}
-        if Path(os.path.realpath(target)) in read:
+        if source is not None and same_file(target, source):
             raise ValueError(
                 f"refusing to write '{out}': the input's weights are read from that file; "
                 "choose another output path"
             )
-        self._stage = _Stage(target, None)
-        self._stage.create()
+        inputs = [p for p in (source, model_path) if p is not None]
+        self._stage = _Stage(target, None, permission_mask(inputs))
         self._keep: set[str] = set()
         self._name: str | None = None  # the staged data file
         self._stop = threading.Event()
@@ -154,9 +170,10 @@ class ProtoSave:
         self._failure: BaseException | None = None
         self._source: Path | None = None  # the data file, resolved
         self._end = 0  # bytes of it staged under self._name
-        if source is None:
-            return
-        try:
+        try:  # an interrupt at any point here leaves nothing staged
+            self._stage.create()
+            if source is None:
+                return
             real = self._source = Path(os.path.realpath(source))
             if real.parent == self._stage.directory:
                 self._keep = {real.name}
@@ -164,13 +181,14 @@ class ProtoSave:
                     return  # the data file already is this output's
             self._name = self._stage.data_name(read)
             end = self._end = check_external_data(proto, real.parent, os.fspath(source))[real]
+            self._copier = threading.Thread(
+                target=self._copy, args=(real, end, self._name), name="weights copy", daemon=True
+            )
+            self._copier.start()
         except BaseException:
+            self._stop.set()
             self._stage.cleanup()
             raise
-        self._copier = threading.Thread(
-            target=self._copy, args=(real, end, self._name), name="weights copy", daemon=True
-        )
-        self._copier.start()
 
     def _copy(self, real: Path, end: int, name: str) -> None:
         try:
@@ -218,8 +236,10 @@ class ProtoSave:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()  # a committed save has nothing left to stop
-        self._wait()
-        self._stage.cleanup()
+        try:
+            self._wait()
+        finally:  # also when an interrupt cuts the wait short
+            self._stage.cleanup()
 
 
 def early_save(
@@ -237,4 +257,4 @@ def early_save(
     in_place = os.path.realpath(out) == os.path.realpath(model_path)
     if not isinstance(source, Path) or in_place:
         return contextlib.nullcontext()
-    return ProtoSave(proto, out, source)
+    return ProtoSave(proto, out, source, model_path)

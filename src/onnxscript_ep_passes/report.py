@@ -10,7 +10,9 @@
      "objective": {"kind": "estimate" | "measured", "dims": {name: size},
                    "rates": {...}},
      "candidates": [{"opset", "legalized",
-                     "predicted": {"memcpy", "memcpy_bytes", "fallback_nodes", "cost"},
+                     "changes": {"relabelled", "nodes_replaced", "expanded_for_ep"},
+                     "predicted": {"memcpy", "memcpy_bytes", "cpu_flops", "fallback_nodes",
+                                   "cost"},
                      "measured": {"memcpy", "cpu_nodes", "latency_ms"} | null}],
      "chosen": {"opset", "legalized"},
      "blocked": why no lower opset was reachable, or null,
@@ -18,13 +20,21 @@
                      the caller set with ``--lowest-opset``),
      "decisions": [{"node", "op_type", "domain", "since_version", "opset",
                     "decision": "lower" | "ep_equivalent" | "expand" | "cpu", "reason"}],
-     "before": {"opset", "memcpy", "fallback", "nodes": [{"name", "op_type", "domain",
-                "since_version", "placement": "ep" | "cpu", "reason",
-                "shape_computation", "inserted_by_ort"}]},
-     "after": {same keys}}
+     "before": {"opset", "memcpy", "memcpy_bytes", "cpu_flops", "fallback", "falls_back",
+                "shape_math", "nodes": [{"name", "op_type", "domain", "since_version",
+                "placement": "ep" | "cpu", "reason", "shape_computation", "shape_math",
+                "inserted_by_ort", "done"}]},
+     "after": {same keys},
+     "runs": null, or whether the model as given runs in a real session and, when it
+             does not, which candidates do (:mod:`~onnxscript_ep_passes.run_check`)}
 
 ``candidates`` lists every candidate evaluated, plain lowerings and legalized variants,
-highest opset first, plain before legalized. ``predicted.cost`` is the EP objective's
+highest opset first, plain before legalized; ``changes`` says what each does to the model
+(its opset import lowered, the model's nodes it replaces, those legalization expands). In
+``before`` each node's ``done`` says what the chosen candidate does to it
+(:meth:`~onnxscript_ep_passes.passes.lower_for_ep.EpLoweringChoice.done_to`; null in
+``after``). ``falls_back`` and ``shape_math`` split the nodes on CPU as the verdict does
+(:mod:`~onnxscript_ep_passes.verdict`). ``predicted.cost`` is the EP objective's
 estimate in microseconds (:mod:`~onnxscript_ep_passes.ep.cost`), ``memcpy_bytes``
 what the predicted Memcpy nodes move per run with the symbolic dimensions sized as
 ``objective.dims`` says; ``measured`` is null unless the candidate was measured in a real
@@ -37,29 +47,15 @@ name the caller gives (the file name, from the command line) or the graph's name
 ``ort_version_assumed`` is true when no ORT release was named and the table is a shipped
 snapshot (the prediction is for a release the user may not run).
 
-The text form (:func:`format_report`, :func:`print_report`, rendered with rich) reads
-top-down:
-
-1. the verdict line (:mod:`~onnxscript_ep_passes.verdict`), a note when the ORT
-   release is assumed, and one when ORT's own default-domain ops (which ONNX does not
-   define, e.g. SimplifiedLayerNormalization) are carried through unchanged;
-2. the candidates table: each opset reached, with its predicted cost, the chosen one
-   marked;
-3. why no lower opset was reachable, when one was not (the first offending nodes), or
-   that the caller's ``lowest_opset`` bounded the search;
-4. the per-op table, before and after, of the ops whose placement changes (every op with
-   ``show_all``);
-5. the decisions about nodes the EP cannot run, grouped by (op, decision, reason) with a
-   count and a few node names.
-
-Colour is used only when the output is a terminal (rich's detection; ``NO_COLOR`` is
-honoured).
+The text form is :mod:`~onnxscript_ep_passes.report_text`'s (:func:`format_report`,
+:func:`print_report`, :func:`render_report`, re-exported here).
 """
 
 from __future__ import annotations
 
 __all__ = [
     "SCHEMA_VERSION",
+    "WIDTH",
     "choice_report",
     "format_report",
     "package_schema",
@@ -69,31 +65,24 @@ __all__ = [
     "report_schema",
 ]
 
-import collections
 import dataclasses
 import functools
 import importlib.resources
-import io
 import json
 import os
-import sys
-from typing import IO, Any
+from typing import Any
 
 import onnx_ir as ir
-from rich import box
-from rich.console import Console, Group, RenderableType
-from rich.table import Table
-from rich.text import Text
 
 from onnxscript_ep_passes.ep import cost
+from onnxscript_ep_passes.ep.cost import PlacementCost
 from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
-from onnxscript_ep_passes.ep.placement import PlacementPrediction
+from onnxscript_ep_passes.ep.placement import NodePlacement, PlacementPrediction
 from onnxscript_ep_passes.ep.table_source import resolve_table
-from onnxscript_ep_passes.lowering.lower_opset import MIN_TARGET_OPSET
-from onnxscript_ep_passes.lowering.ort_kernels import ort_only
 from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringChoice, choose_target_opset
-from onnxscript_ep_passes.verdict import ep_display_name, verdict
+from onnxscript_ep_passes.report_text import WIDTH, format_report, print_report, render_report
+from onnxscript_ep_passes.verdict import Figures
 
 SCHEMA_VERSION = 1
 
@@ -115,11 +104,29 @@ def report_schema() -> dict[str, Any]:
     return package_schema("report.schema.json")
 
 
-def _side(opset: int, prediction: PlacementPrediction) -> dict[str, Any]:
+def _side(
+    opset: int,
+    prediction: PlacementPrediction,
+    cost: PlacementCost,
+    choice: EpLoweringChoice | None = None,
+) -> dict[str, Any]:
+    """One side of the report; with ``choice`` (the model as given), each node says what
+    the chosen candidate does to it (``done``)."""
+    figures = Figures.of(prediction, cost)
+
+    def done(n: NodePlacement) -> str | None:
+        if choice is None or n.node is None or n.inserted_by_ort:
+            return None
+        return choice.done_to(n.node)
+
     return {
         "opset": opset,
         "memcpy": prediction.memcpy,
+        "memcpy_bytes": figures.memcpy_bytes,
+        "cpu_flops": figures.cpu_flops,
         "fallback": len(prediction.fallback_nodes),
+        "falls_back": figures.falls_back,
+        "shape_math": figures.shape_math,
         "nodes": [
             {
                 "name": n.name,
@@ -129,7 +136,9 @@ def _side(opset: int, prediction: PlacementPrediction) -> dict[str, Any]:
                 "placement": n.placement,
                 "reason": n.reason,
                 "shape_computation": n.is_shape_computation,
+                "shape_math": n.is_shape_math,
                 "inserted_by_ort": n.inserted_by_ort,
+                "done": done(n),
             }
             for n in prediction.nodes
         ],
@@ -155,14 +164,25 @@ def _candidate_rows(choice: EpLoweringChoice) -> list[dict[str, Any]]:
                 continue
             estimate = costs[opset]
             measured = choice.measured.get((opset, legalized))
+            expanded = len(choice.plan.get(opset, ())) if legalized else 0
+            predictions = choice.legalized_predictions if legalized else choice.predictions
+            figures = Figures.of(predictions[opset], estimate)
             rows.append(
                 {
                     "opset": opset,
                     "legalized": legalized,
+                    "changes": {
+                        "relabelled": opset < choice.source_opset,
+                        "nodes_replaced": choice.replaced.get((opset, legalized), 0),
+                        "expanded_for_ep": expanded,
+                    },
                     "predicted": {
                         "memcpy": estimate.memcpy,
                         "memcpy_bytes": estimate.memcpy_bytes,
+                        "cpu_flops": estimate.cpu_flops,
                         "fallback_nodes": estimate.fallback_nodes,
+                        "falls_back": figures.falls_back,
+                        "shape_math": figures.shape_math,
                         "cost": estimate.cost,
                     },
                     "measured": None if measured is None else measured.to_dict(),
@@ -185,15 +205,18 @@ def choice_report(
         "objective": {
             "kind": "measured" if choice.measured else "estimate",
             "dims": _input_dims(model, choice.dims),
-            "rates": cost.rates(),
+            "rates": cost.rates(choice.ep),
         },
         "candidates": _candidate_rows(choice),
         "chosen": {"opset": choice.chosen_opset, "legalized": choice.legalized},
         "blocked": None if choice.blocked is None else str(choice.blocked),
         "lowest_opset": choice.lowest_opset,
         "decisions": [d.to_dict() for d in choice.decisions],
-        "before": _side(choice.source_opset, choice.before),
-        "after": _side(choice.chosen_opset, choice.after),
+        "before": _side(
+            choice.source_opset, choice.before, choice.costs[choice.source_opset], choice
+        ),
+        "after": _side(choice.chosen_opset, choice.after, choice.after_cost),
+        "runs": None,
     }
 
 
@@ -210,12 +233,15 @@ def placement_report(
     kernel_table: str | os.PathLike[str] | None = None,
     model_name: str | None = None,
     lowest_opset: int | None = None,
+    check_runs: bool = False,
 ) -> dict[str, Any]:
     """Predicted placement before and after lowering for ``ep`` (the model is not changed).
 
     ``legalize``, ``dims``, ``measure``, ``kernel_table`` and ``lowest_opset`` as for
     :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass`; ``model_name`` is the
-    report's ``model`` (the path given; default: the graph's name).
+    report's ``model`` (the path given; default: the graph's name). ``check_runs`` (the
+    ``report`` command's default) runs the model, and when it fails the candidates, in
+    real ORT sessions and fills ``runs`` (:func:`~onnxscript_ep_passes.run_check.run_check`).
     """
     assumed = table is None and ort_version is None and kernel_table is None
     if table is None:
@@ -231,194 +257,9 @@ def placement_report(
     )
     if assumed and not table.source.startswith("live:"):
         choice = dataclasses.replace(choice, ort_version_assumed=True)
-    return choice_report(model, choice, model_name=model_name or model.graph.name)
+    report = choice_report(model, choice, model_name=model_name or model.graph.name)
+    if check_runs:
+        from onnxscript_ep_passes.run_check import run_check
 
-
-# -- text ----------------------------------------------------------------------------------
-
-_MAX_BLOCKED_LINES = 5
-_FIGURE_NAMES = {"fallback": "CPU nodes", "memcpy": "Memcpy"}
-_MAX_NODE_NAMES = 3
-
-
-def _verdict(report: dict[str, Any], model_name: str | None) -> str:
-    before, after = report["before"], report["after"]
-    expanded = 0
-    if report["chosen"]["legalized"]:
-        expanded = sum(1 for d in report.get("decisions") or () if d["decision"] == "expand")
-    return verdict(
-        ep=report["ep"],
-        ort_version=report["ort_version"],
-        table_source=report["table_source"],
-        source_opset=before["opset"],
-        chosen_opset=after["opset"],
-        memcpy=(before["memcpy"], after["memcpy"]),
-        cpu_nodes=(before["fallback"], after["fallback"]),
-        expanded=expanded,
-        assumed=bool(report.get("ort_version_assumed")),
-        model=model_name or os.path.basename(report.get("model") or "") or None,
-    )
-
-
-def _candidates(report: dict[str, Any]) -> Table:
-    table = Table(title="candidates", title_justify="left", box=box.SIMPLE_HEAD)
-    for name in ("opset", "CPU nodes", "Memcpy", "bytes moved", "est. us"):
-        table.add_column(name, justify="right")
-    measured = any(c["measured"] for c in report["candidates"])
-    if measured:
-        for name in ("measured Memcpy", "measured ms"):
-            table.add_column(name, justify="right")
-    table.add_column("")
-    chosen = report["chosen"]
-    for c in report["candidates"]:
-        p, m = c["predicted"], c["measured"]
-        row = [
-            f"{c['opset']}{' legalized' if c['legalized'] else ''}",
-            str(p["fallback_nodes"]),
-            str(p["memcpy"]),
-            str(p["memcpy_bytes"]),
-            f"{p['cost']:.1f}",
-        ]
-        if measured:
-            row += ["", ""] if m is None else [str(m["memcpy"]), f"{m['latency_ms']:.2f}"]
-        is_chosen = c["opset"] == chosen["opset"] and c["legalized"] == chosen["legalized"]
-        mark = "chosen (legalized)" if c["legalized"] else "chosen"
-        row.append(mark if is_chosen else "")
-        table.add_row(*row, style="bold" if is_chosen else None)
-    return table
-
-
-def _op_key(node: dict[str, Any]) -> str:
-    return f"{node['domain']}::{node['op_type']}" if node["domain"] else node["op_type"]
-
-
-def _placement_counts(side: dict[str, Any]) -> dict[str, collections.Counter[str]]:
-    counts: dict[str, collections.Counter[str]] = {}
-    for node in side["nodes"]:
-        label = "shape" if node.get("shape_computation") else node["placement"]
-        counts.setdefault(_op_key(node), collections.Counter())[label] += 1
-    return counts
-
-
-def _op_table(report: dict[str, Any], show_all: bool) -> Table | Text:
-    before = _placement_counts(report["before"])
-    after = _placement_counts(report["after"])
-    empty: collections.Counter[str] = collections.Counter()
-    labels = ("ep", "cpu", "shape")
-    rows = []
-    for op in sorted({*before, *after}):
-        b, a = before.get(op, empty), after.get(op, empty)
-        if show_all or any(b[label] != a[label] for label in labels):
-            rows.append((op, b, a))
-    if not rows:
-        return Text("placement per op: unchanged (--all lists every op)")
-    title = "placement per op" + ("" if show_all else ", ops that change (--all lists every op)")
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-    table.add_column("op")
-    for side in ("before", "after"):
-        opset = report[side]["opset"]
-        table.add_column(f"{side} (opset {opset}): EP", justify="right")
-        table.add_column("CPU", justify="right")
-        table.add_column("shape", justify="right")
-    for op, b, a in rows:
-        cells = [str(b[label] or "") for label in labels] + [
-            str(a[label] or "") for label in labels
-        ]
-        table.add_row(op, *cells, style="red" if a["cpu"] else None)
-    return table
-
-
-def _decisions(report: dict[str, Any]) -> Table | None:
-    decisions = report.get("decisions") or []
-    if not decisions:
-        return None
-    groups: dict[tuple[str, str, str], list[str]] = {}
-    for d in decisions:
-        op = _op_key(d) + (f"-{d['since_version']}" if d["since_version"] is not None else "")
-        groups.setdefault((op, d["decision"], d["reason"]), []).append(d["node"] or "<unnamed>")
-    table = Table(
-        title="decisions about the nodes the EP cannot run",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-    )
-    for name, justify in (("nodes", "right"), ("op", "left"), ("decision", "left")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    table.add_column("e.g.")
-    table.add_column("why")
-    style = {"cpu": "red", "lower": "green", "expand": "cyan", "ep_equivalent": "green"}
-    for (op, decision, reason), nodes in sorted(groups.items(), key=lambda g: -len(g[1])):
-        shown = ", ".join(nodes[:_MAX_NODE_NAMES]) + (
-            ", ..." if len(nodes) > _MAX_NODE_NAMES else ""
-        )
-        table.add_row(
-            str(len(nodes)), op, Text(decision, style=style.get(decision, "")), shown, reason
-        )
-    return table
-
-
-def render_report(
-    report: dict[str, Any], *, model_name: str | None = None, show_all: bool = False
-) -> RenderableType:
-    """The text report of :func:`placement_report`'s dict, as one rich renderable."""
-    parts: list[RenderableType] = [Text(_verdict(report, model_name), style="bold")]
-    if report.get("ort_version_assumed"):
-        parts.append(
-            Text(
-                f"note: no ORT release given, so ORT {report['ort_version']} is assumed for "
-                f"{ep_display_name(report['ep'])} (its shipped table); the prediction can "
-                "differ for yours: pass --ort-version",
-                style="yellow",
-            )
-        )
-    ops_in_model = collections.Counter(
-        (n["op_type"], n["domain"]) for n in report["before"]["nodes"]
-    )
-    carried = {op: count for (op, domain), count in ops_in_model.items() if ort_only(op, domain)}
-    if carried:
-        ops = ", ".join(f"{op} x{count}" for op, count in sorted(carried.items()))
-        parts.append(
-            Text(
-                f"note: carried unchanged, placed by the kernel table: {ops} "
-                "(ONNX Runtime's own ops in the ONNX domain; ONNX does not define them)"
-            )
-        )
-    parts.append(_candidates(report))
-    if report.get("blocked"):
-        lines = str(report["blocked"]).splitlines()
-        parts.append(Text(f"lower opsets are out of reach: {lines[0]}"))
-        for line in lines[1 : 1 + _MAX_BLOCKED_LINES]:
-            parts.append(Text(f"  {line.strip()}", no_wrap=True, overflow="ellipsis"))
-        if len(lines) - 1 > _MAX_BLOCKED_LINES:
-            parts.append(Text(f"  ... and {len(lines) - 1 - _MAX_BLOCKED_LINES} more"))
-    lowest = report.get("lowest_opset", MIN_TARGET_OPSET)
-    if lowest > MIN_TARGET_OPSET and min(c["opset"] for c in report["candidates"]) == lowest:
-        parts.append(Text(f"opsets below {lowest} were not weighed (--lowest-opset {lowest})"))
-    parts.append(_op_table(report, show_all))
-    decisions = _decisions(report)
-    if decisions is not None:
-        parts.append(decisions)
-    return Group(*parts)
-
-
-def print_report(
-    report: dict[str, Any],
-    *,
-    model_name: str | None = None,
-    show_all: bool = False,
-    file: IO[str] | None = None,
-) -> None:
-    """Print the text report to ``file`` (stdout), in colour when it is a terminal."""
-    out = file or sys.stdout
-    terminal = out.isatty()
-    console = Console(file=out, width=None if terminal else 160, highlight=False)
-    console.print(render_report(report, model_name=model_name, show_all=show_all))
-
-
-def format_report(
-    report: dict[str, Any], *, model_name: str | None = None, show_all: bool = False
-) -> str:
-    """The text report as plain text (no colour)."""
-    buffer = io.StringIO()
-    console = Console(file=buffer, width=160, color_system=None, highlight=False)
-    console.print(render_report(report, model_name=model_name, show_all=show_all))
-    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()).strip("\n")
+        report["runs"] = run_check(model, report, table)
+    return report

@@ -13,7 +13,7 @@ import pytest
 from onnxscript_ep_passes.ep import snapshots
 from onnxscript_ep_passes.ep.kernel_table import KernelRange, KernelTable
 from onnxscript_ep_passes.ep.live_tables import LiveTableUnavailableError, live_table
-from onnxscript_ep_passes.ep.names import canonical_ep_name
+from onnxscript_ep_passes.ep.profiles import canonical_ep_name
 from onnxscript_ep_passes.ep.snapshots import (
     available_snapshots,
     load_snapshot,

@@ -29,7 +29,8 @@ def test_measure_chooses_between_fused_and_unfused_on_webgpu(
     source = tmp_path / "llama.onnx"
     onnx.save(llm_export("llama", 24), source)
     out, report = tmp_path / "out.onnx", tmp_path / "report.json"
-    argv = ["optimize", str(source), "-o", str(out), "--ep", "webgpu", "--measure"]
+    # -v: the lines per fusion and per candidate measured, after the verdict
+    argv = ["-v", "optimize", str(source), "-o", str(out), "--ep", "webgpu", "--measure"]
     argv += ["--dims", "batch=1,sequence_length=8", "--max-length", "64"]
     assert main([*argv, "--report-json", str(report)]) == 0
     data = json.loads(report.read_text())
@@ -54,5 +55,6 @@ def test_measure_chooses_between_fused_and_unfused_on_webgpu(
     ops = {(n.domain, n.op_type) for n in onnx.load(str(out)).graph.node}
     assert (("com.microsoft", "GroupQueryAttention") in ops) == (chosen == "fused")
     shown = capsys.readouterr().out
+    assert shown.startswith("llama.onnx: opset 24 "), shown
     assert "candidate fused: predicted" in shown and "; measured" in shown
     assert "(chosen)" in shown

@@ -434,8 +434,11 @@ def test_report_shows_decisions() -> None:
     assert decision["node"] == "gelu" and decision["decision"] == "expand"
     text = format_report(report)
     assert text.splitlines()[0].startswith("test_graph: opset 24 kept (1 node expanded) on ")
-    assert "chosen (legalized)" in text
-    assert any(line.split()[:4] == ["1", "Gelu-20", "expand", "gelu"] for line in text.splitlines())
+    # The chosen candidate's row is marked; its changes say what legalization did.
+    (chosen,) = [line for line in text.splitlines() if line.split()[:1] == ["*"]]
+    assert chosen.split()[1:3] == ["24", "legalized"] and "1 expanded" in chosen, chosen
+    decision_lines = [line.split() for line in text.splitlines()]
+    assert ["1", "x", "Gelu-20:", "expand", "(e.g.", "gelu)"] in decision_lines, text
     assert _ops(model)["Gelu"] == 1  # the report does not change the model
 
 

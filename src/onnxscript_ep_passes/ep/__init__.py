@@ -1,16 +1,19 @@
 """Execution-provider knowledge, kept apart from graph rewriting.
 
-- :mod:`~onnxscript_ep_passes.ep.names` -- EP names and aliases, domain and type spelling
-  (a leaf: it imports nothing from the package).
+- :mod:`~onnxscript_ep_passes.ep.profiles` -- one profile per EP: its names and aliases,
+  display name, memory traits, cost rates, session selection and live listing. An EP is
+  a value (:class:`EpProfile`); nothing else spells an EP's name.
+- :mod:`~onnxscript_ep_passes.ep.names` -- domain and type spelling (a leaf).
 - :mod:`~onnxscript_ep_passes.ep.kernel_table` -- which kernels an EP registers at an ORT
   version, and ORT's exact matching rule.
 - :mod:`~onnxscript_ep_passes.ep.snapshots` -- the snapshot format and the tables shipped
   under ``ep/data``.
-- :mod:`~onnxscript_ep_passes.ep.live_tables` -- tables listed from the installed ORT.
+- :mod:`~onnxscript_ep_passes.ep.kernel_listing` and
+  :mod:`~onnxscript_ep_passes.ep.live_tables` -- tables listed from the installed ORT.
 - :mod:`~onnxscript_ep_passes.ep.table_choice` -- which table to use for an EP and ORT
   version (:func:`get_table`).
-- :mod:`~onnxscript_ep_passes.ep.traits` -- which inputs/outputs an EP keeps in CPU memory,
-  and whether ORT moves small shape computations off it.
+- :mod:`~onnxscript_ep_passes.ep.traits` -- the form of an EP's memory facts (which
+  inputs/outputs it keeps in CPU memory, whether ORT moves shape computations off it).
 - :mod:`~onnxscript_ep_passes.ep.memo` -- caches keyed by value for the per-node work
   placement and pricing repeat on every call (kernel decisions, per-node inference).
 - :mod:`~onnxscript_ep_passes.ep.cost` -- the one cost objective that ranks predicted
@@ -19,8 +22,8 @@
   for a model on an EP, without creating a session (a package, one module per phase).
 - :mod:`~onnxscript_ep_passes.ep.sessions` -- real ORT sessions on any EP: options that
   select it, and the placement and Memcpy nodes ORT really chose.
-- :mod:`~onnxscript_ep_passes.ep.webgpu` -- the real WebGPU plugin EP: registration,
-  devices, session options.
+- :mod:`~onnxscript_ep_passes.ep.profiles.webgpu` -- the real WebGPU plugin EP:
+  registration, devices, session options.
 """
 
 from onnxscript_ep_passes.ep.cost import (
@@ -31,12 +34,28 @@ from onnxscript_ep_passes.ep.cost import (
 )
 from onnxscript_ep_passes.ep.kernel_table import KernelRange, KernelTable
 from onnxscript_ep_passes.ep.live_tables import LiveTableUnavailableError, live_table
-from onnxscript_ep_passes.ep.names import canonical_ep_name
 from onnxscript_ep_passes.ep.placement import (
     NodePlacement,
     PlacementPrediction,
     Transfer,
     predict_placement,
+)
+from onnxscript_ep_passes.ep.profiles import (
+    CPU,
+    CUDA,
+    DML,
+    WEBGPU,
+    CostRates,
+    EpProfile,
+    canonical_ep_name,
+    profile_for,
+    resolve_ep,
+    traits_for,
+)
+from onnxscript_ep_passes.ep.profiles.webgpu import (
+    make_webgpu_session_options,
+    register_webgpu,
+    webgpu_available,
 )
 from onnxscript_ep_passes.ep.sessions import (
     MeasuredNode,
@@ -47,15 +66,16 @@ from onnxscript_ep_passes.ep.sessions import (
 )
 from onnxscript_ep_passes.ep.snapshots import SnapshotInfo, available_snapshots, load_snapshot
 from onnxscript_ep_passes.ep.table_choice import get_table
-from onnxscript_ep_passes.ep.traits import EpTraits, traits_for
-from onnxscript_ep_passes.ep.webgpu import (
-    make_webgpu_session_options,
-    register_webgpu,
-    webgpu_available,
-)
+from onnxscript_ep_passes.ep.traits import EpTraits
 
 __all__ = [
+    "CPU",
+    "CUDA",
+    "DML",
+    "WEBGPU",
     "CandidateRank",
+    "CostRates",
+    "EpProfile",
     "EpTraits",
     "KernelRange",
     "KernelTable",
@@ -79,7 +99,9 @@ __all__ = [
     "measure_placement",
     "placement_cost",
     "predict_placement",
+    "profile_for",
     "register_webgpu",
+    "resolve_ep",
     "traits_for",
     "webgpu_available",
 ]

@@ -9,8 +9,9 @@ and such a node moves a few bytes. What a user pays is data crossing the device 
 and real compute left on the CPU. :func:`placement_cost` prices a
 :class:`~onnxscript_ep_passes.ep.placement.PlacementPrediction` of a model:
 
-1. **Transfers.** Each predicted Memcpy costs ``MEMCPY_LATENCY_US`` (a copy and a stream
-   synchronisation) plus its bytes over ``LINK_BYTES_PER_US``. Its bytes are those of
+1. **Transfers.** Each predicted Memcpy costs the EP's ``memcpy_latency_us`` (a copy and a
+   stream synchronisation) plus its bytes over its ``link_bytes_per_us`` (the rates of the
+   EP's profile, :class:`~onnxscript_ep_passes.ep.profiles.CostRates`). Its bytes are those of
    the value it copies (:class:`~onnxscript_ep_passes.ep.compute.ValueSizes`), with
    symbolic dimensions sized by :class:`~onnxscript_ep_passes.ep.dims.DimSizes`.
 2. **CPU compute.** Each node on CPU (fallback or ORT's shape-computation choice) costs
@@ -18,7 +19,7 @@ and real compute left on the CPU. :func:`placement_cost` prices a
    CPU_BYTES_PER_US)`` (:meth:`~onnxscript_ep_passes.ep.compute.ValueSizes.node_work`). An
    Attention or MatMul on CPU dominates; an int64 ``Unsqueeze`` costs next to nothing.
 3. **EP compute**, the baseline: each node on the EP costs its work at the EP's rates
-   (``EP_FLOPS_PER_US``, ``EP_BYTES_PER_US``), so a rewrite that adds work on the EP
+   (its profile's ``ep_flops_per_us``, ``ep_bytes_per_us``), so a rewrite that adds work on the EP
    (an expansion materialising attention scores) pays for it.
 4. ``cost`` = transfers + CPU + EP, rounded to 0.001 us (equal placements tie exactly).
    Node counts (fallback, CPU nodes, Memcpy) are reported, never compared.
@@ -32,9 +33,12 @@ and real compute left on the CPU. :func:`placement_cost` prices a
    kernel at a reachable opset beats an expansion), then the higher opset, then plain
    before legalized; :func:`best_candidate` takes the best undominated one.
 
-The rates describe a generic discrete accelerator behind PCIe (10 us per Memcpy, 10 GB/s
-link, a 50 GFLOP/s / 20 GB/s CPU, a 5 TFLOP/s / 300 GB/s device): round figures, not a
-calibration (docs/ep.md, "Where the rates come from", says where each comes from and why
+The CPU's rates are the host's (``CPU_FLOPS_PER_US``, ``CPU_BYTES_PER_US``); each EP's
+come from its profile. Every shipped profile uses
+:data:`~onnxscript_ep_passes.ep.profiles.base.DISCRETE_GPU_RATES`, a generic discrete
+accelerator behind PCIe (10 us per Memcpy, 10 GB/s link, a 50 GFLOP/s / 20 GB/s CPU, a
+5 TFLOP/s / 300 GB/s device; ``MEMCPY_LATENCY_US`` ... ``EP_BYTES_PER_US`` name them):
+round figures, not a calibration (docs/ep.md, "Where the rates come from", says where each comes from and why
 the one EP measurable here, WebGPU on lavapipe, cannot calibrate them:
 ``benchmarks/calibrate_cost.py``). They rank candidates; they do not predict absolute
 latency (``--measure`` does). Rules 5 and 6 hold whatever the rates.
@@ -66,17 +70,20 @@ import onnx_ir as ir
 
 from onnxscript_ep_passes.ep.compute import UNKNOWN_ELEMENTS, NodeWork, ValueSizes
 from onnxscript_ep_passes.ep.dims import DimSizes
+from onnxscript_ep_passes.ep.profiles import profile_for
+from onnxscript_ep_passes.ep.profiles.base import DISCRETE_GPU_RATES
 from onnxscript_ep_passes.ep.shapes import infer_missing_shapes
 
 if TYPE_CHECKING:
     from onnxscript_ep_passes.ep.placement import PlacementPrediction
 
-MEMCPY_LATENCY_US = 10.0
-LINK_BYTES_PER_US = 10_000.0
 CPU_FLOPS_PER_US = 50_000.0
 CPU_BYTES_PER_US = 20_000.0
-EP_FLOPS_PER_US = 5_000_000.0
-EP_BYTES_PER_US = 300_000.0
+# The default profile rates, by their historical names.
+MEMCPY_LATENCY_US = DISCRETE_GPU_RATES.memcpy_latency_us
+LINK_BYTES_PER_US = DISCRETE_GPU_RATES.link_bytes_per_us
+EP_FLOPS_PER_US = DISCRETE_GPU_RATES.ep_flops_per_us
+EP_BYTES_PER_US = DISCRETE_GPU_RATES.ep_bytes_per_us
 
 _UNKNOWN_WORK = NodeWork(float(UNKNOWN_ELEMENTS), 8.0 * UNKNOWN_ELEMENTS)
 
@@ -144,6 +151,7 @@ def placement_cost(
 ) -> PlacementCost:
     """Price ``prediction``, a placement predicted for ``model`` (module docstring)."""
     measure = ValueSizes(sizes or DimSizes(), infer_missing_shapes(model))
+    rates = profile_for(prediction.ep).cost
     memcpy_bytes = 0
     for transfer in prediction.transfers:
         value = transfer.ir_value  # the model's value whose data the Memcpy copies
@@ -164,7 +172,7 @@ def placement_cost(
             cpu_us += max(flops / CPU_FLOPS_PER_US, touched / CPU_BYTES_PER_US)
         else:
             ep_flops += flops
-            ep_us += max(flops / EP_FLOPS_PER_US, touched / EP_BYTES_PER_US)
+            ep_us += max(flops / rates.ep_flops_per_us, touched / rates.ep_bytes_per_us)
     return PlacementCost(
         memcpy=prediction.memcpy,
         memcpy_bytes=memcpy_bytes,
@@ -172,21 +180,25 @@ def placement_cost(
         cpu_nodes=len(prediction.cpu_nodes),
         cpu_flops=cpu_flops,
         ep_flops=ep_flops,
-        transfer_us=prediction.memcpy * MEMCPY_LATENCY_US + memcpy_bytes / LINK_BYTES_PER_US,
+        transfer_us=(
+            prediction.memcpy * rates.memcpy_latency_us + memcpy_bytes / rates.link_bytes_per_us
+        ),
         cpu_us=cpu_us,
         ep_us=ep_us,
     )
 
 
-def rates() -> dict[str, float]:
-    """The rates the estimate uses (module docstring), by name."""
+def rates(ep: str | None = None) -> dict[str, float]:
+    """The rates the estimate uses for ``ep`` (module docstring), by name; without ``ep``
+    the default profile rates."""
+    ep_rates = DISCRETE_GPU_RATES if ep is None else profile_for(ep).cost
     return {
-        "memcpy_latency_us": MEMCPY_LATENCY_US,
-        "link_bytes_per_us": LINK_BYTES_PER_US,
+        "memcpy_latency_us": ep_rates.memcpy_latency_us,
+        "link_bytes_per_us": ep_rates.link_bytes_per_us,
         "cpu_flops_per_us": CPU_FLOPS_PER_US,
         "cpu_bytes_per_us": CPU_BYTES_PER_US,
-        "ep_flops_per_us": EP_FLOPS_PER_US,
-        "ep_bytes_per_us": EP_BYTES_PER_US,
+        "ep_flops_per_us": ep_rates.ep_flops_per_us,
+        "ep_bytes_per_us": ep_rates.ep_bytes_per_us,
     }
 
 

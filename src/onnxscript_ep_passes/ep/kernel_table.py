@@ -34,12 +34,7 @@ import dataclasses
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
-from onnxscript_ep_passes.ep.names import (
-    EP_ALIASES,
-    canonical_ep_name,
-    normalize_domain,
-    normalize_type,
-)
+from onnxscript_ep_passes.ep.names import normalize_domain, normalize_type
 
 _INT_MAX = 2**31 - 1
 
@@ -97,7 +92,7 @@ class KernelTable:
     """Kernel registrations of one EP at one ORT version.
 
     Attributes:
-        ep: ORT's provider name, e.g. ``"CUDAExecutionProvider"``.
+        ep: ORT's provider name (an EP profile's ``ort_name``).
         ort_version: The ORT version (or line, e.g. ``"main-2026-09"``) the table describes.
         source: Provenance: ``"snapshot:<file>"``, ``"live:get_all_opkernel_def"`` or
             ``"live:get_registered_ep_kernel_defs"``.
@@ -142,7 +137,7 @@ class KernelTable:
                 KernelRange(int(start), None if end is None else int(end), constraints)
             )
         return cls(
-            ep=canonical_ep_name(ep) if ep.lower() in EP_ALIASES else ep,
+            ep=ep,
             ort_version=ort_version,
             source=source,
             ranges={k: tuple(v) for k, v in grouped.items()},

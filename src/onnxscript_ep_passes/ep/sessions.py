@@ -2,10 +2,9 @@
 
 Rules:
 
-- :func:`make_session_options` selects the EP first (then ORT's CPU EP): WebGPU through
-  its plugin devices (:mod:`~onnxscript_ep_passes.ep.webgpu`), a built-in EP (CUDA,
-  DirectML) through the ``providers`` list, another registered plugin EP through its
-  devices.
+- :func:`make_session_options` selects the EP first (then ORT's CPU EP), the way its
+  profile says (:mod:`~onnxscript_ep_passes.ep.profiles`): a plugin EP through its
+  devices, a provider compiled into ORT through the ``providers`` list.
 - :func:`measure_placement` creates a real session and reads ORT's own record of the
   placement (``session.record_ep_graph_assignment_info``) and the Memcpy nodes of the
   optimized model ORT saves. It raises :class:`NoEpNodesError` when the EP received no
@@ -39,8 +38,7 @@ from typing import Any
 import onnx
 
 from onnxscript_ep_passes._onnx import iter_nodes
-from onnxscript_ep_passes.ep.names import CPU_EP, WEBGPU_EP, canonical_ep_name
-from onnxscript_ep_passes.ep.webgpu import make_webgpu_session_options
+from onnxscript_ep_passes.ep.profiles import WEBGPU, EpProfile, resolve_ep
 
 logger = logging.getLogger(__name__)
 
@@ -133,45 +131,32 @@ class PlacementMeasurement:
 
 
 def make_session_options(
-    ep: str,
+    ep: str | EpProfile,
     *,
     graph_optimization_level: Any | None = None,
     provider_options: Mapping[str, str] | None = None,
 ) -> tuple[Any, list[Any] | None]:
     """Session options (and the ``providers`` argument) that select ``ep`` first.
 
-    WebGPU goes through the plugin devices; a built-in EP (CUDA, DirectML) through the
-    ``providers`` list, or through its devices when it is a registered plugin EP. Returns
+    The EP's profile selects it (module docstring). Returns
     ``(session_options, providers_or_None)``.
+
+    Raises:
+        ValueError: ``ep`` is the CPU EP, or names no EP.
+        RuntimeError: the EP is not available here.
     """
     import onnxruntime as ort
 
-    canonical = canonical_ep_name(ep)
+    profile = resolve_ep(ep)
     so = ort.SessionOptions()
     if graph_optimization_level is not None:
         so.graph_optimization_level = graph_optimization_level
-    if canonical == WEBGPU_EP:
-        make_webgpu_session_options(provider_options=provider_options, session_options=so)
-        return so, None
-    if canonical == CPU_EP:
-        raise ValueError("Measuring placement needs a non-CPU EP")
-    if canonical in ort.get_available_providers():
-        return so, [(canonical, dict(provider_options or {})), CPU_EP]
-    # A plugin EP registered in this process (e.g. the CUDA plugin bundled with some
-    # onnxruntime-gpu builds) is selected through its devices.
-    devices = [d for d in ort.get_ep_devices() if d.ep_name == canonical]
-    if devices:
-        so.add_provider_for_devices(devices, dict(provider_options or {}))
-        return so, None
-    raise RuntimeError(
-        f"{canonical} is not available in onnxruntime {ort.__version__} "
-        f"(available: {ort.get_available_providers()}; no plugin EP devices for it)"
-    )
+    return so, profile.session_providers(so, provider_options or {})
 
 
 def measure_placement(
     model: str | os.PathLike[str] | bytes | onnx.ModelProto,
-    ep: str = "webgpu",
+    ep: str | EpProfile = WEBGPU,
     *,
     graph_optimization_level: Any | None = None,
     provider_options: Mapping[str, str] | None = None,
@@ -190,7 +175,7 @@ def measure_placement(
 
 def measured_session(
     model: str | os.PathLike[str] | bytes | onnx.ModelProto,
-    ep: str = "webgpu",
+    ep: str | EpProfile = WEBGPU,
     *,
     graph_optimization_level: Any | None = None,
     provider_options: Mapping[str, str] | None = None,
@@ -199,8 +184,8 @@ def measured_session(
 
     Args:
         model: A path, serialized bytes or a ``ModelProto``.
-        ep: ``"webgpu"`` (the plugin) or a built-in EP available in the installed ORT
-            (``"cuda"`` on a GPU machine with onnxruntime-gpu).
+        ep: an EP profile or its name; it must be available here (the WebGPU plugin,
+            or CUDA on a GPU machine with onnxruntime-gpu).
         graph_optimization_level: an ``onnxruntime.GraphOptimizationLevel``; default
             ``ORT_DISABLE_ALL`` so the measured graph is the graph as written.
         provider_options: options for the EP.
@@ -210,7 +195,7 @@ def measured_session(
     """
     import onnxruntime as ort
 
-    canonical = canonical_ep_name(ep)
+    canonical = resolve_ep(ep).ort_name
     if graph_optimization_level is None:
         graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so, providers = make_session_options(

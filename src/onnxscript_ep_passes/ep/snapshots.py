@@ -24,6 +24,7 @@ import dataclasses
 import functools
 import importlib.resources
 import json
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,51 @@ def _format_types(types: Mapping[str, frozenset[str]] | None) -> str:
     return ";".join(f"{k}={'|'.join(sorted(v))}" for k, v in sorted(types.items())) or "-"
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DOMAIN = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
+_MAX_SINCE_VERSION = 10_000  # far above any opset; a larger start is a corrupt row
+_INT_MAX = 2**31 - 1  # ORT's end of an open range
+_CONTAINERS = {"tensor": 1, "sparse_tensor": 1, "seq": 1, "optional": 1, "map": 2}
+
+
+@functools.cache
+def _element_types() -> frozenset[str]:
+    import onnx
+
+    names = set(onnx.TensorProto.DataType.keys()) - {"UNDEFINED"}
+    return frozenset(n.lower() for n in names)
+
+
+def _type_problem(text: str) -> str | None:
+    """Why ``text`` is not an ONNX type as ORT spells it (``float16``, ``tensor(float)``,
+    ``seq(tensor(int64))``, ``map(int64,tensor(float))``); None when it is one."""
+    text = text.strip()
+    if text in _element_types():
+        return None
+    head, paren, rest = text.partition("(")
+    arity = _CONTAINERS.get(head)
+    if not paren or arity is None or not rest.endswith(")"):
+        return f"unknown type {text!r}"
+    inner, depth, parts, part = rest[:-1], 0, [], ""
+    for char in inner:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth < 0:
+            return f"unbalanced parentheses in type {text!r}"
+        if char == "," and depth == 0:
+            parts.append(part)
+            part = ""
+        else:
+            part += char
+    parts.append(part)
+    if depth or len(parts) != arity:
+        return f"malformed type {text!r}"
+    if head in ("tensor", "sparse_tensor", "map") and parts[0].strip() not in _element_types():
+        return f"unknown element type in {text!r}"
+    return next((p for p in map(_type_problem, parts[arity - 1 :]) if p), None)
+
+
 def _parse_types(cell: str) -> dict[str, list[str]] | None:
+    """The type-constraints cell (see :func:`parse_snapshot`); ValueError when malformed."""
     cell = cell.strip()
     if not cell:
         return None
@@ -69,36 +114,99 @@ def _parse_types(cell: str) -> dict[str, list[str]] | None:
         return {}
     out: dict[str, list[str]] = {}
     for part in cell.split(";"):
-        key, _, values = part.partition("=")
-        out[key.strip()] = [v for v in values.split("|") if v]
+        key, equals, values = part.partition("=")
+        key = key.strip()
+        if not equals or not _NAME.fullmatch(key):
+            raise ValueError(f"type constraint {part!r} is not KEY=TYPE|TYPE...")
+        if key in out:
+            raise ValueError(f"type constraint {key!r} appears twice")
+        types = [v.strip() for v in values.split("|")]
+        if not all(types):
+            raise ValueError(f"type constraint {key!r} has an empty type")
+        problem = next((p for p in map(_type_problem, types) if p), None)
+        if problem is not None:
+            raise ValueError(f"type constraint {key!r}: {problem}")
+        out[key] = types
     return out
 
 
+def _version_cell(cell: str, what: str, low: int, high: int) -> int:
+    if not cell.isdigit():
+        raise ValueError(f"{what} {cell!r} is not a non-negative integer")
+    value = int(cell)
+    if not low <= value <= high:
+        raise ValueError(f"{what} {value} is outside {low}..{high}")
+    return value
+
+
+_Row = tuple[str, str, int, int | None, Mapping[str, Iterable[str]] | None]
+
+
+def _parse_row(cells: list[str], columns: int) -> _Row:
+    """One row of a snapshot (module docstring); ValueError saying what is wrong."""
+    if not 4 <= len(cells) <= columns:
+        expected = "4" if columns == 4 else "4 or 5"
+        raise ValueError(f"{len(cells)} tab-separated cells, expected {expected}")
+    domain, op, start_cell, end_cell = (c.strip() for c in cells[:4])
+    if not _DOMAIN.fullmatch(domain):
+        raise ValueError(f"domain {domain!r} is not a domain name (ai.onnx for the default)")
+    if not _NAME.fullmatch(op):
+        raise ValueError(f"op {op!r} is not an operator name")
+    start = _version_cell(start_cell, "start", 1, _MAX_SINCE_VERSION)
+    end = None if end_cell == "inf" else _version_cell(end_cell, "end", start, _INT_MAX)
+    types = _parse_types(cells[4]) if len(cells) > 4 else None
+    return domain, op, start, end, types
+
+
 def parse_snapshot(
-    text: str, *, ep: str, ort_version: str, source: str, ep_version: str | None = None
+    text: str,
+    *,
+    ep: str,
+    ort_version: str,
+    source: str,
+    ep_version: str | None = None,
+    where: str | None = None,
 ) -> KernelTable:
     """Parse a snapshot TSV: ``domain op start end [type_constraints]`` with a header.
 
     ``end`` is ``inf`` for an open range. The optional fifth column spells constraints as
     ``T=tensor(float)|tensor(float16);shape=tensor(int64)`` (``-`` for none, empty for
-    unknown). Lines starting with ``#`` are comments.
+    unknown). Lines starting with ``#`` and blank lines are skipped.
+
+    Every row is validated: as many cells as the header has columns (4, or 4 or 5 with
+    ``type_constraints``); a dotted domain name and an operator name; ``start`` an integer
+    from 1 to 10000, ``end`` ``inf`` or an integer from ``start`` to 2^31-1; each type
+    constraint ``KEY=TYPE|...`` once per row, with ONNX types. A table without a row is
+    refused.
+
+    Raises:
+        ValueError: the first problem, as ``<where>: line <n>: <problem>`` (``where``
+            defaults to ``source``).
     """
-    rows: list[tuple[str, str, int, int | None, Mapping[str, Iterable[str]] | None]] = []
-    header_seen = False
+    where = where or source
+    rows: list[_Row] = []
+    columns = 0
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.startswith("#"):
             continue
         cells = line.split("\t")
-        if not header_seen:
-            if tuple(c.strip() for c in cells[:4]) != _SNAPSHOT_HEADER:
-                raise ValueError(f"{source}: line {lineno}: expected header {_SNAPSHOT_HEADER}")
-            header_seen = True
+        if not columns:
+            header = tuple(c.strip() for c in cells)
+            if header not in (_SNAPSHOT_HEADER, (*_SNAPSHOT_HEADER, _TYPES_COLUMN)):
+                raise ValueError(
+                    f"{where}: line {lineno}: expected the header 'domain op start end "
+                    f"[{_TYPES_COLUMN}]' (tab-separated)"
+                )
+            columns = len(header)
             continue
-        if len(cells) < 4:
-            raise ValueError(f"{source}: line {lineno}: expected >= 4 tab-separated cells")
-        domain, op, start, end = (c.strip() for c in cells[:4])
-        types = _parse_types(cells[4]) if len(cells) > 4 else None
-        rows.append((domain, op, int(start), None if end == "inf" else int(end), types))
+        try:
+            rows.append(_parse_row(cells, columns))
+        except ValueError as error:
+            raise ValueError(f"{where}: line {lineno}: {error}") from None
+    if not columns:
+        raise ValueError(f"{where}: no header line (domain, op, start, end) and no kernels")
+    if not rows:
+        raise ValueError(f"{where}: the table lists no kernels")
     return KernelTable.from_rows(ep, ort_version, source, rows, ep_version=ep_version)
 
 

@@ -2,7 +2,7 @@
 
 Rules (:func:`get_table`):
 
-1. EP aliases are resolved (:func:`~onnxscript_ep_passes.ep.names.canonical_ep_name`).
+1. EP aliases are resolved (:func:`~onnxscript_ep_passes.ep.profiles.resolve_ep`).
 2. A live table (:mod:`~onnxscript_ep_passes.ep.live_tables`) when the requested ORT
    version is the installed release (or none is requested) and the EP can be listed here.
 3. Otherwise a shipped snapshot (:mod:`~onnxscript_ep_passes.ep.snapshots`): the one for
@@ -28,7 +28,7 @@ from onnxscript_ep_passes.ep.live_tables import (
     installed_ort_version,
     live_table,
 )
-from onnxscript_ep_passes.ep.names import canonical_ep_name
+from onnxscript_ep_passes.ep.profiles import EpProfile, resolve_ep
 from onnxscript_ep_passes.ep.snapshots import SnapshotInfo, available_snapshots, load_snapshot
 
 logger = logging.getLogger(__name__)
@@ -68,12 +68,14 @@ def _same_release(requested: str, installed: str) -> bool:
     return have.release[: len(wanted.release)] == wanted.release
 
 
-def get_table(ep: str, ort_version: str | None = None, *, prefer_live: bool = True) -> KernelTable:
+def get_table(
+    ep: str | EpProfile, ort_version: str | None = None, *, prefer_live: bool = True
+) -> KernelTable:
     """The kernel table to predict placement with.
 
     Resolution:
 
-    1. ``ep`` aliases are resolved (:func:`canonical_ep_name`).
+    1. ``ep`` aliases are resolved (:func:`resolve_ep`).
     2. If ``prefer_live`` and ``ort_version`` is None or names the installed ORT release,
        a live table is used when the EP can be listed here (:func:`live_table`).
     3. Otherwise a shipped snapshot of that EP: one whose ``ort_version`` equals the
@@ -88,7 +90,7 @@ def get_table(ep: str, ort_version: str | None = None, *, prefer_live: bool = Tr
         ValueError: no live table and no snapshot for the EP (the message lists the
             shipped tables), or an unparsable ``ort_version``.
     """
-    canonical = canonical_ep_name(ep)
+    canonical = resolve_ep(ep).ort_name
     installed = installed_ort_version()
     if prefer_live and (ort_version is None or _same_release(ort_version, installed)):
         try:

@@ -6,7 +6,11 @@ Rules:
    (``ep/data/README.md``: tab-separated ``domain op start end [type_constraints]`` with
    that header line, ``inf`` for an open range, ``#`` comments); its EP is the one asked
    for, its ORT version the one named (else the installed one), its source ``file:<path>``.
-2. Otherwise :func:`~onnxscript_ep_passes.ep.kernel_table.get_table`: a live listing when
+   It is read as strictly as a model: a regular file (never a FIFO, device or directory,
+   opened without blocking), not empty, at most :data:`MAX_TABLE_BYTES`, UTF-8 text, every
+   row validated (:func:`~onnxscript_ep_passes.ep.snapshots.parse_snapshot`) and at least
+   one; each error is one line naming the file (and the line).
+2. Otherwise :func:`~onnxscript_ep_passes.ep.table_choice.get_table`: a live listing when
    the EP loads here, else the nearest shipped snapshot.
 3. An EP with neither, when the caller measures (``--measure``): an empty table with
    source :data:`MEASURED_ONLY`. Nothing can be predicted from it, so the pass measures
@@ -16,17 +20,20 @@ Rules:
 
 from __future__ import annotations
 
-__all__ = ["MEASURED_ONLY", "read_kernel_table", "resolve_table"]
+__all__ = ["MAX_TABLE_BYTES", "MEASURED_ONLY", "read_kernel_table", "resolve_table"]
 
 import os
 from pathlib import Path
 
+from onnxscript_ep_passes._paths import read_regular_file
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
-from onnxscript_ep_passes.ep.names import canonical_ep_name
+from onnxscript_ep_passes.ep.profiles import canonical_ep_name
 from onnxscript_ep_passes.ep.snapshots import parse_snapshot
 from onnxscript_ep_passes.ep.table_choice import get_table
 
 MEASURED_ONLY = "none: measured"
+MAX_TABLE_BYTES = 16 * 1024 * 1024
+"""The largest kernel-table file read (the shipped tables are under 40 KB)."""
 
 
 def _installed_ort() -> str:
@@ -41,17 +48,35 @@ def read_kernel_table(
     """Read a kernel table for ``ep`` from a snapshot-format file (rule 1).
 
     Raises:
-        OSError: the file cannot be read.
-        ValueError: it is not in the snapshot format (the message names the line).
+        ValueError: the file cannot be read, is not a regular file, is empty or too large,
+            is not UTF-8 text or not in the snapshot format, or lists no kernel; the
+            message is one line naming the file (and the line where there is one).
     """
-    file = Path(path)
-    text = file.read_text(encoding="utf-8")
+    label = f"kernel table '{os.fspath(path)}'"
+    text = _read_text(path, label)
     return parse_snapshot(
         text,
         ep=canonical_ep_name(ep),
         ort_version=ort_version or _installed_ort(),
-        source=f"file:{file}",
+        source=f"file:{Path(path)}",
+        where=label,
     )
+
+
+def _read_text(path: str | os.PathLike[str], label: str) -> str:
+    """The file's text, read as rule 1 says."""
+    data = read_regular_file(
+        path,
+        label,
+        MAX_TABLE_BYTES,
+        kind="a kernel table",
+        too_large=f"more than a kernel table may hold ({MAX_TABLE_BYTES} bytes)",
+    )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise ValueError(f"{label}: line {line}: not UTF-8 text") from None
 
 
 def resolve_table(

@@ -26,6 +26,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxscript_ep_passes.ep.profiles import CPU
+
 
 @dataclasses.dataclass(frozen=True)
 class Sizes:
@@ -120,9 +122,7 @@ def run_model(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[n
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
-    session = ort.InferenceSession(
-        proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
+    session = ort.InferenceSession(proto.SerializeToString(), options, providers=[CPU.ort_name])
     wanted = {i.name for i in session.get_inputs()}
     return [
         np.asarray(o) for o in session.run(None, {k: v for k, v in feeds.items() if k in wanted})

@@ -42,7 +42,7 @@ import onnx_ir.passes.common as common_passes
 
 from onnxscript_ep_passes._copies import adopt
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
-from onnxscript_ep_passes.ep.names import canonical_ep_name
+from onnxscript_ep_passes.ep.profiles import canonical_ep_name
 from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.fusion.attention import fuse_attention_to_gqa
 from onnxscript_ep_passes.fusion.evaluate import Sizes, generate_feeds, run_model

@@ -56,6 +56,7 @@ from typing import TypeVar, overload
 import onnx
 import onnx_ir as ir
 
+from onnxscript_ep_passes.display import shown
 from onnxscript_ep_passes.errors import DowngradeError, Refusal, built_node_reason
 from onnxscript_ep_passes.lowering import context, schemas, work
 from onnxscript_ep_passes.lowering.context import DowngradeContext, NodeNames, NodeRefusedError
@@ -190,9 +191,9 @@ class _Lowering:
                 self.rewritten.add(node)
                 logger.debug(
                     "%s: %s '%s' stepped down from %d (%s): %d new nodes",
-                    scope,
-                    node.op_type,
-                    node.name,
+                    shown(scope),
+                    shown(node.op_type),
+                    shown(node.name),
                     version,
                     entry.kind,
                     len(built),
@@ -416,7 +417,7 @@ def _announce(result: LoweringResult, ep: str | None = None) -> None:
     logger.info(
         "Lowered model '%s' from opset %s to %d%s (%d nodes rewritten). "
         "Track when this workaround can go: %s",
-        result.model.graph.name,
+        shown(result.model.graph.name),
         result.source_opset,
         result.target_opset,
         f" for EP {ep}" if ep else "",

@@ -42,6 +42,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxscript_ep_passes._onnx import type_string
+from onnxscript_ep_passes.display import shown
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.context import DowngradeContext, NodeNames, NodeRefusedError
 from onnxscript_ep_passes.lowering.lower_opset import (
@@ -319,7 +320,7 @@ def try_lower_proto(
     logger.info(
         "Lowered model '%s' from opset %s to %d (%d nodes rewritten). "
         "Track when this workaround can go: %s",
-        graph.name,
+        shown(graph.name),
         source,
         target,
         len(edited),

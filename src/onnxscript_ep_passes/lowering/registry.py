@@ -82,17 +82,30 @@ class AdapterRegistry:
         domain: str = "",
         kind: AdapterKind,
         lend_shapes: bool = True,
+        replace: bool = False,
     ) -> None:
+        """Add the adapter undoing ``op_type``-``version``; one for that step already
+        registered is refused unless ``replace``."""
         domain = "" if schemas.is_default_domain(domain) else domain
         key = (domain, op_type, version)
-        if key in self._entries:
-            raise ValueError(f"an adapter for {op_type}-{version} is already registered")
+        if key in self._entries and not replace:
+            raise ValueError(
+                f"an adapter for {op_type}-{version} is already registered "
+                "(replace=True replaces it, in a registry of your own: DEFAULT_REGISTRY.copy())"
+            )
         schema = schemas.get_schema(op_type, version, domain)
         if schema is None or schema.since_version != version:
             raise ValueError(f"{op_type}-{version} is not a schema version in ONNX")
         self._entries[key] = AdapterEntry(
             domain, op_type, version, adapter, kind, derived=False, lend_shapes=lend_shapes
         )
+
+    def copy(self) -> AdapterRegistry:
+        """A registry with the same adapters, to add or replace some without changing this
+        one (``DEFAULT_REGISTRY.copy()``; pass it as ``LowerOpsetPass(..., registry=)``)."""
+        other = AdapterRegistry()
+        other._entries = dict(self._entries)
+        return other
 
     def lookup(self, domain: str, op_type: str, version: int) -> AdapterEntry | None:
         """The rule that undoes step ``op_type``-``version``, or None when there is none."""
@@ -146,10 +159,13 @@ def register_downgrade(
     kind: AdapterKind = "rewrite",
     registry: AdapterRegistry | None = None,
     lend_shapes: bool = True,
+    replace: bool = False,
 ) -> Callable[[Adapter], Adapter]:
     """Register an adapter that undoes the change made by schema ``op_type``-``from_version``.
 
-    ``lend_shapes=False`` only for an adapter that reads no shape and builds no node.
+    ``lend_shapes=False`` only for an adapter that reads no shape and builds no node;
+    ``replace=True`` replaces the registry's adapter for that step (use a registry of your
+    own, ``DEFAULT_REGISTRY.copy()``, to leave the package's as they are).
 
     Example::
 
@@ -161,7 +177,13 @@ def register_downgrade(
 
     def decorator(adapter: Adapter) -> Adapter:
         (registry or DEFAULT_REGISTRY).register(
-            op_type, from_version, adapter, domain=domain, kind=kind, lend_shapes=lend_shapes
+            op_type,
+            from_version,
+            adapter,
+            domain=domain,
+            kind=kind,
+            lend_shapes=lend_shapes,
+            replace=replace,
         )
         return adapter
 

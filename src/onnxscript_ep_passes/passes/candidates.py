@@ -62,6 +62,9 @@ class Candidate:
     origin: Correspondence | None  # the candidate's copy -> the model; None: the model itself
     legalization: LegalizationResult | None = None
     model: ir.Model | None = None  # kept with keep_models (to measure); else rebuilt
+    # The model's nodes the candidate replaces (lowering's adapters) / expands (legalization).
+    replaced_nodes: frozenset[ir.Node] = frozenset()
+    expanded_nodes: frozenset[ir.Node] = frozenset()
 
     def model_node(self, node: ir.Node) -> ir.Node:
         """The model's node ``node`` (of this candidate's copy) stands for; a node built on
@@ -125,11 +128,18 @@ class CandidateSearch:
             log.restore()
             collect_young()  # what the trials built and predicted
         origin = plain.origin
-        replaced += sum(1 for n in result.expanded if origin is None or n in origin.nodes)
+        expanded = frozenset(
+            n if origin is None else origin.nodes[n]
+            for n in result.expanded
+            if origin is None or n in origin.nodes
+        )
+        replaced += len(expanded)
         rank = candidate_rank(
             result.after_cost, opset=plain.opset, replaced=replaced, legalized=True
         )
         candidate = Candidate(plain.opset, True, result.after, rank, origin, result)
+        candidate.replaced_nodes = plain.replaced_nodes
+        candidate.expanded_nodes = expanded
         self.legalizations[plain.opset] = candidate
         if result.modified:
             self.legalized[plain.opset] = candidate
@@ -174,6 +184,7 @@ class CandidateSearch:
         plain = self.add_plain(
             target, predict_placement(work, self.table), state.origin, len(state.replaced), work
         )
+        plain.replaced_nodes = frozenset(state.replaced)
         return plain
 
 

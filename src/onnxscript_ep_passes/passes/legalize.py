@@ -64,12 +64,12 @@ from onnxscript_ep_passes._collector import collect_young
 from onnxscript_ep_passes.ep.cost import PlacementCost, placement_cost
 from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
-from onnxscript_ep_passes.ep.names import CPU_EP, canonical_ep_name
 from onnxscript_ep_passes.ep.placement import (
     NodePlacement,
     PlacementPrediction,
     predict_placement,
 )
+from onnxscript_ep_passes.ep.profiles import resolve_ep
 from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.context import NodeRefusedError
@@ -474,13 +474,14 @@ class LegalizeForEpPass(ir.passes.InPlacePass):
         dims: DimsSpec = None,
     ) -> None:
         super().__init__()
-        self.ep = canonical_ep_name(ep)
+        self.profile = resolve_ep(ep)
+        self.ep = self.profile.ort_name
         self.ort_version = ort_version
         self.table = table
         self.dims = DimSizes.of(dims)
 
     def call(self, model: ir.Model) -> LegalizeForEpResult:
-        if self.ep == CPU_EP:
+        if self.profile.is_host:
             return LegalizeForEpResult(model, False)
         table = self.table if self.table is not None else get_table(self.ep, self.ort_version)
         mark = checkpoint(model)

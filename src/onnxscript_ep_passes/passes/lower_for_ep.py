@@ -21,9 +21,11 @@ Rules the pass follows:
 4. An explicit ``target_opset`` overrides the choice (and is refused as usual when the
    model cannot reach it).
 5. It logs one INFO line per run (the choice's summary and, when the model changes, the
-   ORT tracking issue) and one WARNING counting the nodes still predicted to fall back,
-   per op, version and reason. Per-node lines (decisions) are DEBUG. On a terminal, a
-   progress bar runs over the candidate opsets and legalization trials.
+   ORT tracking issue) and one DEBUG line counting the nodes still predicted on CPU, per
+   op, version, reason and whether they are shape math (the result is not a fault: no
+   WARNING). Per-node lines (decisions) are DEBUG. Model strings are escaped
+   (:func:`~onnxscript_ep_passes.display.shown`). On a terminal, a progress bar runs over
+   the candidate opsets and legalization trials.
 6. **Legalization** (``legalize=True``, the default): no opset choice helps a node whose op
    the EP has no kernel for at any version. So each candidate opset also gets a legalized
    variant (:mod:`.legalize`): the working copy at that opset, whose nodes built by the
@@ -55,7 +57,6 @@ Rules the pass follows:
 from __future__ import annotations
 
 __all__ = [
-    "CPU_EPS",
     "MEASURE_TOP",
     "EpLoweringChoice",
     "EpLoweringResult",
@@ -74,6 +75,7 @@ import onnx_ir as ir
 
 from onnxscript_ep_passes._collector import freeze_young, frozen_heap, paused_collector
 from onnxscript_ep_passes._copies import adopt, copy_with_origins
+from onnxscript_ep_passes.display import shown
 from onnxscript_ep_passes.ep.cost import (
     PlacementCost,
     best_candidate,
@@ -81,8 +83,8 @@ from onnxscript_ep_passes.ep.cost import (
 from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.measure import CandidateMeasurement
-from onnxscript_ep_passes.ep.names import CPU_EP, canonical_ep_name
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
+from onnxscript_ep_passes.ep.profiles import resolve_ep
 from onnxscript_ep_passes.ep.table_source import MEASURED_ONLY, resolve_table
 from onnxscript_ep_passes.errors import DowngradeError
 from onnxscript_ep_passes.lowering.lower_opset import (
@@ -101,11 +103,9 @@ from onnxscript_ep_passes.passes.candidates import (
 from onnxscript_ep_passes.passes.choice_decisions import choice_decisions
 from onnxscript_ep_passes.passes.legalize import LegalizationDecision
 from onnxscript_ep_passes.progress import track
-from onnxscript_ep_passes.verdict import verdict
+from onnxscript_ep_passes.verdict import Figures, verdict
 
 logger = logging.getLogger(__name__)
-
-CPU_EPS = frozenset({CPU_EP})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +134,10 @@ class EpLoweringChoice:
             snapshot (not listed from the installed ORT): ``ort_version`` is a default.
         lowest_opset: The lowest opset the search was allowed to weigh (18, or the
             caller's bound).
+        replaced: Per ``(opset, legalized)`` candidate, the model's nodes it replaces:
+            rewritten or expanded by the lowering's adapters, or expanded by legalization.
+        replaced_nodes, expanded_nodes: The model's nodes the chosen candidate replaces by
+            the lowering's adapters, and those legalization expands for the EP.
     """
 
     ep: str
@@ -153,6 +157,22 @@ class EpLoweringChoice:
     measured: dict[tuple[int, bool], CandidateMeasurement] = dataclasses.field(default_factory=dict)
     ort_version_assumed: bool = False
     lowest_opset: int = MIN_TARGET_OPSET
+    replaced: dict[tuple[int, bool], int] = dataclasses.field(default_factory=dict)
+    replaced_nodes: frozenset[ir.Node] = frozenset()
+    expanded_nodes: frozenset[ir.Node] = frozenset()
+
+    def done_to(self, node: ir.Node) -> str:
+        """What the chosen candidate does to the model's ``node``: ``"expanded_for_ep"``
+        (legalization), ``"replaced"`` (rewritten or expanded by the lowering's adapters),
+        ``"relabelled"`` (a default-domain node that resolves at the lower opset, its
+        attributes possibly edited) or ``"kept"``."""
+        if node in self.expanded_nodes:
+            return "expanded_for_ep"
+        if node in self.replaced_nodes:
+            return "replaced"
+        if self.chosen_opset < self.source_opset and node.domain in ("", "ai.onnx"):
+            return "relabelled"
+        return "kept"
 
     @property
     def before(self) -> PlacementPrediction:
@@ -182,8 +202,9 @@ class EpLoweringChoice:
         return self.chosen_opset < self.source_opset or self.legalized
 
     def summary(self, model: str | None = None) -> str:
-        """The verdict line, e.g. ``opset 25 -> 24 on WebGPU (ORT 1.32, live table):
-        Memcpy 376 -> 4, CPU nodes 493 -> 59`` (:func:`~onnxscript_ep_passes.verdict.verdict`);
+        """The verdict line, e.g. ``opset 24 -> 21 on WebGPU (ORT 1.32, live table):
+        Memcpy 23 -> 3 (582.3 kB -> 17.0 kB per run), CPU compute 18.1 MFLOP -> 18.4 kFLOP;
+        fall back 7 -> 1, shape math on CPU 26 -> 42`` (:mod:`~onnxscript_ep_passes.verdict`);
         ``model`` prefixes it with the model's name."""
         return verdict(
             ep=self.ep,
@@ -191,8 +212,8 @@ class EpLoweringChoice:
             table_source=self.table_source,
             source_opset=self.source_opset,
             chosen_opset=self.chosen_opset,
-            memcpy=(self.before.memcpy, self.after.memcpy),
-            cpu_nodes=(len(self.before.fallback_nodes), len(self.after.fallback_nodes)),
+            before=Figures.of(self.before, self.costs[self.source_opset]),
+            after=Figures.of(self.after, self.after_cost),
             expanded=len(self.expanded),
             assumed=self.ort_version_assumed,
             model=model,
@@ -287,6 +308,12 @@ def _search(
         dims=settings.sizes,
         measured=measured,
         lowest_opset=floor,
+        replaced={
+            (c.opset, c.legalized): c.rank.replaced
+            for c in [*search.plain.values(), *search.legalized.values()]
+        },
+        replaced_nodes=chosen.replaced_nodes,
+        expanded_nodes=chosen.expanded_nodes,
     )
     return choice, search.model_of(model, chosen) if chosen.legalized else None, search
 
@@ -410,7 +437,8 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
     ) -> None:
         super().__init__()
         self.lowest_opset = lowest_opset_of(lowest_opset, target_opset)
-        self.ep = canonical_ep_name(ep)
+        self.profile = resolve_ep(ep)
+        self.ep = self.profile.ort_name
         self.ort_version = ort_version
         self.target_opset = target_opset
         self.table = table
@@ -420,7 +448,7 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
         self.kernel_table = kernel_table
 
     def call(self, model: ir.Model) -> EpLoweringResult:
-        if self.ep in CPU_EPS:
+        if self.profile.is_host:
             logger.debug("%s runs every opset: nothing to lower", self.ep)
             return EpLoweringResult(model, False)
         table = self.table
@@ -445,29 +473,25 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
 
 
 def _log(model: ir.Model, ep: str, choice: EpLoweringChoice) -> None:
+    name = shown(model.graph.name)
     for decision in choice.decisions:  # one line per node: DEBUG (rule 5)
-        logger.debug("'%s' on %s: %s", model.graph.name, ep, decision)
-    after = choice.after
+        logger.debug("'%s' on %s: %s", name, ep, shown(decision))
     if choice.changes_model:
         logger.info(
             "Model '%s': %s. Track when this workaround can go: %s",
-            model.graph.name,
-            choice.summary(),
-            ORT_TRACKING_ISSUE,
+            *(name, choice.summary(), ORT_TRACKING_ISSUE),
         )
     else:  # no tracking link: nothing was worked around
-        logger.info("Model '%s': nothing to do: %s", model.graph.name, choice.summary())
-    if after.fallback_nodes:
-        groups = collections.Counter(
-            (n.op_type, n.since_version, n.reason) for n in after.fallback_nodes
-        )
-        logger.warning(
-            "%d nodes of '%s' are still predicted to fall back to CPU on %s:\n%s",
-            len(after.fallback_nodes),
-            model.graph.name,
-            ep,
-            "\n".join(
-                f"  - {count} x {op}-{version}: {reason}"
-                for (op, version, reason), count in groups.most_common()
-            ),
+        logger.info("Model '%s': nothing to do: %s", name, choice.summary())
+    groups = collections.Counter(
+        (n.op_type, n.since_version, n.reason, n.is_shape_math) for n in choice.after.cpu_nodes
+    )
+    lines = [
+        f"  - {count} x {shown(op)}-{version}{' (shape math)' if math else ''}: {shown(why)}"
+        for (op, version, why, math), count in groups.most_common()
+    ]
+    if lines:
+        logger.debug(
+            "%d nodes of '%s' are predicted on CPU on %s:\n%s",
+            *(groups.total(), name, ep, "\n".join(lines)),
         )

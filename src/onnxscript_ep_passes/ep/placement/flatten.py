@@ -43,7 +43,7 @@ from onnxscript_ep_passes._onnx import (
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.live_tables import live_table
 from onnxscript_ep_passes.ep.memo import BoundedCache, shape_key
-from onnxscript_ep_passes.ep.names import CPU_EP, normalize_domain
+from onnxscript_ep_passes.ep.names import normalize_domain
 from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatScope, FlatValue
 from onnxscript_ep_passes.ep.placement.kernels import (
     cached_decision,
@@ -51,6 +51,7 @@ from onnxscript_ep_passes.ep.placement.kernels import (
     infer_types,
     type_proto,
 )
+from onnxscript_ep_passes.ep.profiles import CPU
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class _Origin:
 def _cpu_table() -> KernelTable | None:
     """The installed ORT's CPU kernels (which ops ORT must inline instead of running)."""
     try:
-        return live_table(CPU_EP)
+        return live_table(CPU)
     except Exception as error:  # no live listing: assume CPU runs everything
         logger.debug("no live CPU kernel table: %s", error)
         return None

@@ -33,7 +33,8 @@ from onnxscript_ep_passes.ep.placement.results import (
     PlacementPrediction,
     Transfer,
 )
-from onnxscript_ep_passes.ep.traits import EpTraits, traits_for
+from onnxscript_ep_passes.ep.profiles import traits_for
+from onnxscript_ep_passes.ep.traits import EpTraits
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def predict_placement(
     Args:
         model: The model (``onnx_ir.Model`` or ``onnx.ModelProto``); it is not modified.
         table: The EP's kernel table (:func:`~onnxscript_ep_passes.ep.table_choice.get_table`).
-        traits: The EP's memory facts; default :func:`~onnxscript_ep_passes.ep.traits.traits_for`
+        traits: The EP's memory facts; default :func:`~onnxscript_ep_passes.ep.profiles.traits_for`
             ``(table.ep)``.
         layout_transform: Model the Transposes of ORT's NHWC layout transformation for
             EPs that prefer NHWC (see the module docstring).

@@ -9,6 +9,12 @@ Rules:
   human-readable ``name``, ``scope`` or ``reason``.
 - A node is a *fallback* when it is on CPU for lack of a kernel; ORT's choice to keep small
   shape computations on CPU (``reason_code == "shape_computation"``) is not one.
+- A CPU node is *shape math* (:attr:`NodePlacement.is_shape_math`) when ORT keeps it on
+  CPU by choice, or when it falls back and every tensor it reads and writes is an integer
+  or bool tensor of the model (int64 shape arithmetic, masks: WebGPU has no int64
+  kernels). Reports count it apart from the fallbacks that compute on real data. Nodes
+  of a function body ORT inlines and nodes ORT inserts are never shape math (their
+  tensors are not the model's to inspect).
 """
 
 from __future__ import annotations
@@ -37,6 +43,11 @@ no kernel for the op (``"no_kernel_op"``), none at this since_version
 computation on CPU (``"shape_computation"``)."""
 
 SHAPE_COMPUTATION_REASON = "shape computation (ORT prefers CPU)"
+
+
+def _integer_or_bool(value: ir.Value) -> bool:
+    dtype = value.dtype
+    return dtype is not None and (dtype == ir.DataType.BOOL or dtype.is_integer())
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -91,6 +102,20 @@ class NodePlacement:
     def is_fallback(self) -> bool:
         """On CPU for lack of a kernel (not by ORT's shape-computation preference)."""
         return self.placement == "cpu" and not self.is_shape_computation
+
+    @property
+    def is_shape_math(self) -> bool:
+        """On CPU by ORT's choice, or falling back on integer and bool tensors only
+        (module docstring)."""
+        if self.placement != "cpu":
+            return False
+        if self.is_shape_computation:
+            return True
+        node = self.node
+        if node is None or self.inserted_by_ort or self.inlined_by_ort:
+            return False
+        values = [v for v in (*node.inputs, *node.outputs) if v is not None]
+        return bool(values) and all(_integer_or_bool(v) for v in values)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -1,6 +1,17 @@
-"""The real WebGPU plugin EP (``onnxruntime-ep-webgpu``): registration, devices, options.
+"""The WebGPU EP's profile, and the real plugin (``onnxruntime-ep-webgpu``) it runs on.
 
-Rules:
+Profile (:data:`WEBGPU`): ORT name ``WebGpuExecutionProvider``; sessions select it through
+the plugin's devices; its kernels are listed with ``get_registered_ep_kernel_defs`` after
+the plugin is registered.
+
+Traits, *measured* on the plugin 0.4.0 on ORT 1.32.0 (lavapipe): each CPU-input slot fed by
+a CPU node and the optimized model checked for a MemcpyFromHost on that slot (Shape's output
+and If's condition checked the other way). The plugin does **not** apply ORT's CPU
+preference: ``Gather(data, Shape(x))`` with a graph-input or small-initializer ``data``
+stays on WebGPU (measured), unlike the in-tree WebGPU EP, whose ``GetCapability`` calls
+``GetCpuPreferredNodes``. Its NHWC kernels live in ``com.ms.internal.nhwc``.
+
+Rules for the plugin:
 
 - The plugin is registered once per process under the name ``"webgpu"``
   (:func:`register_webgpu` is idempotent). Before registering, the environment variable
@@ -18,6 +29,7 @@ from __future__ import annotations
 
 __all__ = [
     "PLUGIN_REGISTRATION_NAME",
+    "WEBGPU",
     "WEBGPU_EP_NAME",
     "make_webgpu_session_options",
     "plugin_version",
@@ -35,11 +47,14 @@ from typing import Any
 
 import onnx
 
-from onnxscript_ep_passes.ep.names import WEBGPU_EP
+from onnxscript_ep_passes.ep.kernel_listing import LiveTableUnavailableError, list_plugin_kernels
+from onnxscript_ep_passes.ep.kernel_table import KernelTable
+from onnxscript_ep_passes.ep.profiles.base import EpProfile, register
+from onnxscript_ep_passes.ep.traits import REDUCE_OPS, EpTraits, slots
 
 logger = logging.getLogger(__name__)
 
-WEBGPU_EP_NAME = WEBGPU_EP
+WEBGPU_EP_NAME = "WebGpuExecutionProvider"
 PLUGIN_REGISTRATION_NAME = "webgpu"
 _SOFTWARE_ADAPTER_ENV = "ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER"
 
@@ -190,3 +205,58 @@ def make_webgpu_session_options(
     so = session_options if session_options is not None else ort.SessionOptions()
     so.add_provider_for_devices(devices, dict(provider_options or {}))
     return so
+
+
+def _select(so: Any, provider_options: Mapping[str, str]) -> None:
+    make_webgpu_session_options(provider_options=provider_options, session_options=so)
+
+
+def _list_kernels() -> KernelTable:
+    ok, reason = webgpu_available(run_probe=False)
+    if not ok:
+        raise LiveTableUnavailableError(f"WebGPU EP unavailable: {reason}")
+    return list_plugin_kernels(WEBGPU_EP_NAME, ep_version=plugin_version())
+
+
+# Slots measured on the WebGPU plugin 0.4.0 (ORT 1.32.0, lavapipe).
+_WEBGPU_CPU_INPUTS = slots(
+    [
+        ("Reshape", [1]),
+        ("Expand", [1]),
+        ("Slice", [1, 2, 3, 4]),
+        ("Tile", [1]),
+        ("Pad", [1, 2, 3]),
+        ("Squeeze", [1]),
+        ("Unsqueeze", [1]),
+        ("TopK", [1]),
+        ("Range", [0, 1, 2]),
+        ("Split", [1]),
+        ("Resize", [1, 2, 3]),
+        ("Clip", [1, 2]),
+        ("CumSum", [1]),
+        ("Trilu", [1]),
+        ("If", [0]),
+        *((op, [1]) for op in REDUCE_OPS),
+    ]
+)
+_WEBGPU_CPU_OUTPUTS = slots([("Shape", [0])])
+
+
+WEBGPU = register(
+    EpProfile(
+        ort_name=WEBGPU_EP_NAME,
+        display_name="WebGPU",
+        aliases=("webgpu",),
+        traits=EpTraits(
+            ep=WEBGPU_EP_NAME,
+            cpu_inputs=_WEBGPU_CPU_INPUTS,
+            cpu_outputs=_WEBGPU_CPU_OUTPUTS,
+            prefers_cpu_for_shape_nodes=False,
+            nhwc_domain="com.ms.internal.nhwc",
+            evidence="measured: onnxruntime-ep-webgpu 0.4.0 on ORT 1.32.0 (Mesa lavapipe)",
+        ),
+        select_session=_select,
+        list_kernels=_list_kernels,
+    )
+)
+"""The WebGPU plugin EP."""
