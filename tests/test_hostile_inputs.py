@@ -21,7 +21,7 @@ from onnx import TensorProto, numpy_helper
 
 from onnxscript_ep_passes.cli import main
 from onnxscript_ep_passes.errors import EXIT_BAD_INPUT, EXIT_USAGE
-from tests.harness import make_model, run_cli
+from tests.harness import make_model, run_cli, run_model
 
 X = oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
 Y = oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
@@ -103,6 +103,88 @@ def _bad_attribute(op: str) -> onnx.ModelProto:
     return make_model([node], [X], [Y], 28)
 
 
+def _sparse(where: str) -> onnx.ModelProto:
+    """w (float[4, 4], two values) as a sparse initializer, of the graph or of an If
+    branch, or as a Constant's sparse_value."""
+    values = numpy_helper.from_array(np.array([1.0, 2.0], np.float32), "w")
+    indices = numpy_helper.from_array(np.array([0, 5], np.int64), "w_indices")
+    sparse = oh.make_sparse_tensor(values, indices, [4, 4])
+    nodes = [oh.make_node("MatMul", ["x", "w"], ["h"]), oh.make_node("Relu", ["h"], ["y"])]
+    if where == "constant":
+        nodes.insert(0, oh.make_node("Constant", [], ["w"], name="c", sparse_value=sparse))
+    model = make_model(nodes, [X], [Y], 24)
+    if where == "graph":
+        model.graph.sparse_initializer.append(sparse)
+    elif where == "subgraph":
+        out = oh.make_tensor_value_info("z", TensorProto.FLOAT, [4, 4])
+        branch = oh.make_graph([oh.make_node("Identity", ["w"], ["z"])], "branch", [], [out])
+        branch.sparse_initializer.append(sparse)
+        model.graph.input.append(oh.make_tensor_value_info("c", TensorProto.BOOL, []))
+        model.graph.node[0].input[1] = "v"
+        model.graph.node.insert(
+            0, oh.make_node("If", ["c"], ["v"], then_branch=branch, else_branch=branch)
+        )
+    return model
+
+
+def _foreign_domain(where: str) -> onnx.ModelProto:
+    """A node in domain 'custom', which the model (or the function holding it) does not
+    import."""
+    if where == "graph":
+        nodes = [oh.make_node("Foo", ["x"], ["y"], domain="custom", name="foo")]
+        return make_model(nodes, [X], [Y], 24)
+    body = [oh.make_node("Foo", ["i"], ["o"], domain="custom", name="foo")]
+    function = oh.make_function("local", "F", ["i"], ["o"], body, [oh.make_opsetid("", 24)])
+    node = oh.make_node("F", ["x"], ["y"], domain="local")
+    return make_model([node], [X], [Y], 24, functions=[function], extra_opsets={"local": 1})
+
+
+def _local_function(domain: str, name: str, twice: bool = False) -> onnx.ModelProto:
+    body = [oh.make_node("Neg", ["i"], ["o"])]
+    function = oh.make_function(domain, name, ["i"], ["o"], body, [oh.make_opsetid("", 24)])
+    extra = {domain: 1} if domain else None
+    node = oh.make_node(name, ["x"], ["y"], domain=domain)
+    functions = [function, function] if twice else [function]
+    return make_model([node], [X], [Y], 24, functions=functions, extra_opsets=extra)
+
+
+def _ir3() -> onnx.ModelProto:
+    """IR version 3 at opset 24: its initializer is not a graph input, as IR 3 requires."""
+    weight = numpy_helper.from_array(np.eye(4, dtype=np.float32), "w")
+    nodes = [oh.make_node("MatMul", ["x", "w"], ["y"])]
+    model = make_model(nodes, [X], [Y], 24, initializers=[weight])
+    model.ir_version = 3
+    return model
+
+
+def _opset_twice() -> onnx.ModelProto:
+    model = _swish(24)
+    model.opset_import.append(oh.make_opsetid("ai.onnx", 21))
+    return model
+
+
+def _swish_with(edit: Callable[[onnx.ModelProto], object]) -> Callable[[], bytes]:
+    """The Swish model with one field the checker requires broken by ``edit``."""
+
+    def build() -> bytes:
+        model = _swish()
+        edit(model)
+        return model.SerializeToString()
+
+    return build
+
+
+def _twice_metadata(model: onnx.ModelProto) -> None:
+    model.metadata_props.add(key="author", value="a")
+    model.metadata_props.add(key="author", value="b")
+
+
+def _string_raw_data(model: onnx.ModelProto) -> None:
+    strings = oh.make_tensor("s", TensorProto.STRING, [1], [b"a"])
+    strings.raw_data = b"abc"
+    model.graph.initializer.append(strings)
+
+
 _TRUNCATED = _swish().SerializeToString()[:-9]
 
 # name -> (file contents, words the one-line error must contain)
@@ -128,10 +210,72 @@ MALFORMED: dict[str, tuple[Callable[[], bytes], str]] = {
     ),
     "opset-29": (lambda: _swish(29).SerializeToString(), "ai.onnx opset 29"),
     "opset-99": (lambda: _swish(99).SerializeToString(), "ai.onnx opset 99"),
+    # Data that cannot be carried is refused by name, never dropped.
+    "sparse-initializer": (
+        lambda: _sparse("graph").SerializeToString(),
+        "sparse initializer 'w' in graph 'test_graph' is not supported",
+    ),
+    "sparse-initializer-in-subgraph": (
+        lambda: _sparse("subgraph").SerializeToString(),
+        "sparse initializer 'w' in subgraph 'then_branch' of node <unnamed> (If)",
+    ),
+    "sparse-constant": (
+        lambda: _sparse("constant").SerializeToString(),
+        "attribute 'sparse_value' of node 'c' (Constant) in graph 'test_graph' holds a sparse",
+    ),
+    # Malformed: each of these once gave an OUT that fails onnx's checker, with exit 0.
+    "domain-not-imported": (
+        lambda: _foreign_domain("graph").SerializeToString(),
+        "node 'foo' (custom::Foo) in graph 'test_graph' is in domain 'custom', which the "
+        "model does not import",
+    ),
+    "domain-not-imported-by-function": (
+        lambda: _foreign_domain("function").SerializeToString(),
+        "is in domain 'custom', which function 'local::F' does not import",
+    ),
+    "function-in-onnx-domain": (
+        lambda: _local_function("", "Relu").SerializeToString(),
+        "local function 'Relu' is in the ai.onnx domain",
+    ),
+    "function-twice": (
+        lambda: _local_function("local", "F", twice=True).SerializeToString(),
+        "local function 'local::F' is defined twice",
+    ),
+    "opset-imported-twice": (lambda: _opset_twice().SerializeToString(), "imports ai.onnx twice"),
+    "graph-without-name": (_swish_with(lambda m: m.graph.ClearField("name")), "has no name"),
+    "node-without-op-type": (
+        _swish_with(lambda m: m.graph.node[0].ClearField("op_type")),
+        "node 'swish' () in graph 'test_graph' has no op_type",
+    ),
+    "initializer-without-name": (
+        _swish_with(lambda m: m.graph.initializer.append(numpy_helper.from_array(np.ones(2)))),
+        "initializer #0 in graph 'test_graph' has no name",
+    ),
+    "input-without-type": (
+        _swish_with(lambda m: m.graph.input[0].ClearField("type")),
+        "input 'x' of the model has no type",
+    ),
+    "negative-dimension": (
+        _swish_with(
+            lambda m: setattr(m.graph.input[0].type.tensor_type.shape.dim[0], "dim_value", -3)
+        ),
+        "value 'x' in graph 'test_graph' has a negative dimension [-3, 4]",
+    ),
+    "metadata-key-twice": (_swish_with(_twice_metadata), "metadata_props key 'author' appears"),
+    "string-raw-data": (
+        _swish_with(_string_raw_data),
+        "initializer 's' in graph 'test_graph' is a string tensor holding raw_data",
+    ),
+    "ir3-initializer-not-input": (
+        lambda: _ir3().SerializeToString(),
+        "initializer 'w' in graph 'test_graph' is not a graph input, which IR version 3 requires",
+    ),
 }
 
 COMMANDS = {
     "lower": ["lower", "{model}", "-o", "{out}", "--target-opset", "21"],
+    "lower-23": ["lower", "{model}", "-o", "{out}", "--target-opset", "23"],  # proto fast path
+    "optimize": ["optimize", "{model}", "-o", "{out}", "--ep", "cuda", "--ort-version", "1.24"],
     "lower-ep": ["lower", "{model}", "-o", "{out}", "--ep", "cuda", "--ort-version", "1.24"],
     "report": ["report", "{model}", "--ep", "cuda", "--ort-version", "1.24"],
 }
@@ -162,10 +306,12 @@ def test_malformed_input_is_one_line_and_status_1(
     build, expected = MALFORMED[case]
     model = tmp_path / f"{case}.onnx"
     model.write_bytes(build())
+    before = model.read_bytes()
     assert _cli(tmp_path, command, model, caplog) == EXIT_BAD_INPUT
     line = _error_line(caplog)
     assert line.startswith(str(model)), line
     assert expected in line
+    assert model.read_bytes() == before
 
 
 # -- external data --------------------------------------------------------------------
@@ -344,7 +490,7 @@ def test_huge_declared_shape_keeps_memory_bounded(tmp_path: Path, command: str) 
     """An 88-byte model: Range over Size(x) with x declared float[1000000000]. ONNX's data
     propagation would materialize the 10^9 values; the lowering must not."""
     x = oh.make_tensor_value_info("x", TensorProto.FLOAT, [1_000_000_000])
-    y = oh.make_tensor_value_info("y", TensorProto.INT64, None)
+    y = oh.make_tensor_value_info("y", TensorProto.INT64, [None])
     nodes = [oh.make_node("Size", ["x"], ["n"]), oh.make_node("Range", ["zero", "n", "one"], ["y"])]
     scalars = [
         numpy_helper.from_array(np.array(0, np.int64), "zero"),
@@ -371,6 +517,72 @@ def test_huge_declared_shape_keeps_memory_bounded(tmp_path: Path, command: str) 
     if command == "lower":
         lowered = onnx.load(tmp_path / "o.onnx")
         assert [o.version for o in lowered.opset_import if o.domain == ""] == [18]
+
+
+# -- every type carried, and no OUT that fails onnx's checker -----------------------------
+
+
+def test_string_tensors_pass_every_command(tmp_path: Path) -> None:
+    """A string initializer (and Identity over it) on each command: exit 0, OUT valid and
+    the strings kept (the cost model once raised 'Bitwidth not available: STRING', and a
+    folded string could not be saved)."""
+    strings = oh.make_tensor("s", TensorProto.STRING, [2], [b"a", b"bc"])
+    words = oh.make_tensor_value_info("words", TensorProto.STRING, [2])
+    nodes = [oh.make_node("Swish", ["x"], ["y"]), oh.make_node("Identity", ["s"], ["words"])]
+    path = _write(
+        tmp_path / "m.onnx", make_model(nodes, [X], [Y, words], 24, initializers=[strings])
+    )
+    ep = ["--ep", "cuda", "--ort-version", "1.24"]
+    for name, args in {
+        "ep": ["lower", str(path), "-o", str(tmp_path / "ep.onnx"), *ep],
+        "21": ["lower", str(path), "-o", str(tmp_path / "21.onnx"), "--target-opset", "21"],
+        "optimized": ["optimize", str(path), "-o", str(tmp_path / "optimized.onnx"), *ep],
+        "report": ["report", str(path), *ep, "--json"],
+    }.items():
+        result = run_cli(*args)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+        if name == "report":
+            continue
+        onnx.checker.check_model(str(tmp_path / f"{name}.onnx"), full_check=True)
+        feeds = {"x": np.ones((2, 4), np.float32)}
+        outputs, _ = run_model(onnx.load(tmp_path / f"{name}.onnx"), feeds)
+        assert list(outputs[1]) == ["a", "bc"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["lower", "{model}", "-o", "{out}", "--target-opset", "23"],  # the proto fast path
+        ["lower", "{model}", "-o", "{out}", "--target-opset", "21", "--external-data", "never"],
+        ["lower", "{model}", "-o", "{out}", "--target-opset", "21", "--weights", "rewrite"],
+        ["lower", "{model}", "-o", "{out}", "--ep", "cuda", "--write-unchanged"],
+        ["optimize", "{model}", "-o", "{out}", "--ep", "cuda", "--ort-version", "1.24"],
+    ],
+    ids=["fast-path", "ir-inline", "ir-rewrite", "ep-early-copy", "optimize"],
+)
+def test_an_output_failing_onnx_checker_is_never_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, args: list[str]
+) -> None:
+    """x [2, 4] @ w [3, 4] cannot be multiplied: the checks on reading leave shapes to ORT,
+    but onnx's checker refuses the result, so each write path refuses OUT before the
+    rename: one line, exit 1, nothing left, the input unchanged."""
+    model_dir, out_dir = tmp_path / "model", tmp_path / "out"
+    model_dir.mkdir(), out_dir.mkdir()
+    nodes = [oh.make_node("MatMul", ["x", "w"], ["h"]), oh.make_node("Relu", ["h"], ["y"])]
+    weight = numpy_helper.from_array(np.ones((3, 4), np.float32), "w")
+    model = make_model(nodes, [X], [Y], 24, initializers=[weight])
+    path = model_dir / "m.onnx"
+    onnx.save(model, path, save_as_external_data=True, size_threshold=0)
+    before = {p.name: p.read_bytes() for p in model_dir.iterdir()}
+    out = out_dir / "o.onnx"
+    with caplog.at_level(logging.INFO):
+        status = main(["-q", *(a.format(model=path, out=out) for a in args)])
+    assert status == EXIT_BAD_INPUT
+    line = _error_line(caplog)
+    assert line.startswith(f"refusing to write '{out}': the result fails onnx's checker"), line
+    assert "Incompatible dimensions for matrix multiplication" in line
+    assert list(out_dir.iterdir()) == []
+    assert {p.name: p.read_bytes() for p in model_dir.iterdir()} == before
 
 
 # -- outputs that would destroy an input or another output ----------------------------

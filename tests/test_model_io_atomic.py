@@ -37,7 +37,7 @@ def _model(tag: str, seed: int, rows: int = _ROWS) -> onnx.ModelProto:
     ]
     return make_model(
         nodes,
-        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, _ROWS])],
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, rows])],
         [oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, _ROWS])],
         24,
         initializers=[numpy_helper.from_array(weight, "w")],

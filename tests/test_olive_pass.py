@@ -1,4 +1,5 @@
-"""A real Olive (olive-ai 0.13) workflow runs the pass on a tiny torch export.
+"""A real Olive (olive-ai 0.13) workflow runs the pass on a tiny torch export (inline
+weights, and external data: the output's weights must be written beside it).
 
 The workflow's accelerator spec names the EP (CUDA, ORT 1.24's shipped kernel table: no
 GPU needed, since the workflow evaluates nothing on the target); the output model is
@@ -44,28 +45,48 @@ def _workflow(model: Path, output_dir: Path, cache_dir: Path) -> dict[str, objec
     return config
 
 
+@pytest.mark.parametrize("weights", ["inline", "external"])
 def test_olive_workflow_lowers_for_the_accelerator_spec_ep(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, weights: str
 ) -> None:
     from onnxscript_ep_passes.olive_pass import run_workflow
 
     monkeypatch.setenv("OLIVE_DISABLE_TELEMETRY", "1")
-    source = tmp_path / "cnn24.onnx"
-    onnx.save(export_proto("cnn", 24), source)
+    source = tmp_path / "model" / "cnn24.onnx"
+    source.parent.mkdir()
+    if weights == "external":  # docs/olive.md's workflow on model.onnx + model.onnx.data
+        onnx.save(export_proto("cnn", 24), source, save_as_external_data=True, size_threshold=0)
+    else:
+        onnx.save(export_proto("cnn", 24), source)
+    original = onnx.load(source)  # with its weights, before the workflow runs
     output_dir = tmp_path / "out"
     run_workflow(_workflow(source, output_dir, tmp_path / "cache"))
 
     (lowered_path,) = output_dir.rglob("*.onnx")
+    if weights == "external":
+        # The weights are written beside the output model: it loads and runs with the
+        # input's folder gone (Olive's output once pointed at the input's data file).
+        header = onnx.load(lowered_path, load_external_data=False)
+        locations = {
+            entry.value
+            for tensor in header.graph.initializer
+            for entry in tensor.external_data
+            if entry.key == "location"
+        }
+        assert locations and all((lowered_path.parent / loc).is_file() for loc in locations)
+        for path in source.parent.iterdir():
+            path.unlink()
+        source.parent.rmdir()
     lowered = onnx.load(lowered_path)
     assert [o.version for o in lowered.opset_import if o.domain == ""] == [21]
     onnx.checker.check_model(str(lowered_path), full_check=True)
     table = get_table("cuda", "1.24")
-    before = predict_placement(ir.load(source), table)
+    before = predict_placement(ir.from_proto(original), table)
     after = predict_placement(ir.load(lowered_path), table)
     assert before.fallback_nodes and before.memcpy  # opset 24: MaxPool-22, Transpose...
     assert not after.fallback_nodes and after.memcpy == 0
     feeds = sample_inputs("cnn")
-    expected, _ = run_model(onnx.load(source), feeds)
+    expected, _ = run_model(original, feeds)
     actual, _ = run_model(lowered, feeds)
     np.testing.assert_allclose(actual[0], expected[0], rtol=1e-5, atol=1e-6)
     # The package config written for `olive run --package-config` names this pass's module.

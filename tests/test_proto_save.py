@@ -84,9 +84,11 @@ def test_commit_model_cuts_the_copy_to_the_tensors_kept(decoder: Path, tmp_path:
         (v for v in graph.initializers.values() if isinstance(v.const_value, ir.ExternalTensor)),
         key=lambda v: v.const_value.offset or 0,  # type: ignore[union-attr]
     )
-    for use in list(last.uses()):
-        use.node.replace_input_with(use.idx, None)
     graph.initializers.pop(str(last.name))
+    fed = ir.Value(name=f"{last.name}_fed", type=last.type, shape=last.shape)
+    graph.inputs.append(fed)  # its readers read a graph input instead: still a valid model
+    for use in list(last.uses()):
+        use.node.replace_input_with(use.idx, fed)
     (tmp_path / "early").mkdir()
     (tmp_path / "ref").mkdir()
     with early_save(proto, decoder, tmp_path / "early" / "m.onnx", data) as saving:
@@ -135,7 +137,10 @@ def test_nothing_to_do_refusal_and_disk_full_leave_nothing(decoder: Path, tmp_pa
     refused = onnx.load(decoder, load_external_data=False)
     bad = onnx.helper.make_node("Cast", ["logits"], ["e8"], name="to_e8m0", to=24)
     refused.graph.node.append(bad)
-    refused.graph.output.append(onnx.helper.make_tensor_value_info("e8", 24, None))
+    e8 = onnx.ValueInfoProto()
+    e8.CopyFrom(next(o for o in refused.graph.output if o.name == "logits"))
+    e8.name, e8.type.tensor_type.elem_type = "e8", 24
+    refused.graph.output.append(e8)
     path = decoder.parent / "refused.onnx"
     onnx.save(refused, path)  # its tensors still point at decoder.onnx.data
     result = run_cli("lower", str(path), "-o", str(out), *EP, "--target-opset", "23")

@@ -14,6 +14,9 @@ Rules (see ``model_io``'s docstring for the whole contract):
   staged is left; one that arrives during the commit's renames waits until they are done.
 * A side output (``--report-json``) is written by :func:`write_file`: a temporary file
   beside it, flushed, then ``os.replace``; removed on any failure or interrupt.
+* **Every graph written is checked** (:func:`~.output_check.check_output`: onnx's
+  checker with ``full_check``) before it is staged, so an OUT that fails the checker is
+  never moved into place.
 * A staging directory is flock'ed by its writer for its whole life. A run killed before
   its cleanup leaves its directory unlocked; the next writer to the same OUT removes such
   abandoned ``.OUT.<8 hex>.tmp/`` directories (creation and the scan both happen under the
@@ -39,6 +42,7 @@ import onnx
 
 from onnxscript_ep_passes._onnx import point_external_data
 from onnxscript_ep_passes._signals import deferred
+from onnxscript_ep_passes.output_check import check_output
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +166,7 @@ class Stage:
             data = proto.SerializeToString()
         except ValueError as error:  # protobuf's 2 GB limit
             raise ValueError(f"cannot serialize the model: {_one_line(error)}") from None
+        check_output(proto, self.out)
         with open(self.graph, "wb") as file:
             file.write(data)
             file.flush()
@@ -183,6 +188,12 @@ class Stage:
             dst.flush()
             os.fsync(dst.fileno())
         return True
+
+    def check_graph(self) -> None:
+        """Check the staged graph written by another writer (:func:`check_output`)."""
+        proto = onnx.ModelProto()
+        proto.ParseFromString(self.graph.read_bytes())
+        check_output(proto, self.out)
 
     def sync(self, name: str) -> None:
         fd = os.open(self.path / name, os.O_RDONLY)

@@ -11,7 +11,8 @@ Rules:
   INFO and DEBUG line of this package and the libraries' (onnxscript, onnx-ir, ...) INFO;
   ``-vv`` everything. ``-q``: warnings and errors only. The libraries' records pass from
   WARNING by default.
-* Call stacks that libraries attach to log records are shown only with ``-vv``: no
+* Call stacks and tracebacks that libraries attach to log records (onnx-ir logs a caught
+  exception's traceback with its warning) are shown only with ``-vv``: no
   traceback-like text reaches a user who did not ask for it.
 * Every record is shown with control characters escaped
   (:func:`~onnxscript_ep_passes.display.shown_lines`): model names in messages cannot
@@ -56,23 +57,30 @@ class _StderrPolicy(logging.Filter):
         name = record.name
         if name == _COMMAND or name.startswith(_COMMAND + "."):
             return record.levelno >= self.command
-        mine = name == _PACKAGE or name.startswith(_PACKAGE + ".")
-        return record.levelno >= (self.own if mine else self.others)
+        return record.levelno >= (self.own if _mine(name) else self.others)
 
 
 class _Escaping(logging.Formatter):
     """Log lines with control characters escaped and, unless ``stacks``, without the call
-    stacks some libraries attach to INFO records."""
+    stacks some libraries attach to INFO records nor the tracebacks of exceptions they
+    caught (onnx-ir's shape inference warning)."""
 
     def __init__(self, fmt: str, *, stacks: bool) -> None:
         super().__init__(fmt)
         self.stacks = stacks
 
     def format(self, record: logging.LogRecord) -> str:
+        if record.exc_info and not self.stacks and not _mine(record.name):
+            # a library's caught exception (this package's -v traceback stays)
+            record = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
         return shown_lines(super().format(record))
 
     def formatStack(self, stack_info: str) -> str:  # noqa: N802 (logging.Formatter API)
         return super().formatStack(stack_info) if self.stacks else ""
+
+
+def _mine(name: str) -> bool:
+    return name == _PACKAGE or name.startswith(_PACKAGE + ".")
 
 
 def configure_logging(verbose: int, quiet: bool) -> None:

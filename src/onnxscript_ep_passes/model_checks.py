@@ -6,17 +6,28 @@ one line naming the problem, and the node, attribute or tensor where there is on
 * **Versions.** ``ir_version`` is at least 3 (opset imports) and not above what the
   installed onnx knows; every
   imported opset of a domain onnx knows (ai.onnx, ai.onnx.ml, ...) is between 1 and the
-  newest version onnx knows, in the model and in each local function.
+  newest version onnx knows, in the model and in each local function; no domain is
+  imported twice, and every node's domain is imported by its model or function.
+* **IR rules.** Below IR version 4 every initializer is also a graph input.
+* **Names and fields onnx's checker requires**: every graph has a name, every node an
+  op_type, every initializer a name (onnx-ir would drop a nameless one); the model's
+  inputs and outputs have a type; no declared dimension is negative; metadata keys are
+  unique; a string tensor holds no raw_data.
 * **Graphs.** In every graph and subgraph: each value name is defined once (graph input,
   initializer, node output; an initializer may repeat an input's name), every value a
   node or the graph's outputs read is defined in that graph or an enclosing one, and the
   nodes have no cycle (values a subgraph reads from outside count as node inputs).
-  Local functions likewise, and they never call themselves, directly or not.
+  Local functions likewise, and they never call themselves, directly or not; each is
+  defined once and none is in the ai.onnx domain (``""``), which belongs to ONNX's
+  operators (a local ``Relu`` there would shadow ONNX's).
 * **Nodes with an ONNX schema** (default domain, at the opset in force): input and output
   counts within the schema's bounds, only attributes the schema defines, each with the
   schema's type, and every required attribute present. Ops without a schema are left to
   the lowering.
 * **Tensors held in the file** hold as many bytes as their type and dimensions need.
+* **No sparse tensors** (sparse initializers, ``sparse_value`` attributes): onnx-ir cannot
+  carry them and onnx's checker refuses every node that reads a sparse initializer, so
+  they are refused by name rather than dropped.
 * **External data** is checked by :mod:`.external_data_checks`.
 
 The walk is iterative over graphs; protobuf itself refuses nesting deeper than its limit.
@@ -39,6 +50,7 @@ from onnxscript_ep_passes._onnx import get_schema
 from onnxscript_ep_passes.errors import InvalidModelError
 
 _TENSOR_ATTRS = (onnx.AttributeProto.TENSOR, onnx.AttributeProto.TENSORS)
+_SPARSE_ATTRS = (onnx.AttributeProto.SPARSE_TENSOR, onnx.AttributeProto.SPARSE_TENSORS)
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
@@ -99,8 +111,11 @@ def node_label(node: onnx.NodeProto, version: int | None = None) -> str:
 
 
 class _Checker:
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, ir_version: int) -> None:
         self.source = source
+        self.ir_version = ir_version
+        self.imported: frozenset[str] = frozenset()  # domains the scope being walked imports
+        self.scope = "the model"
         self._free: dict[int, tuple[onnx.GraphProto, frozenset[str]]] = {}
 
     def fail(self, problem: str) -> InvalidModelError:
@@ -114,6 +129,10 @@ class _Checker:
         for entry in imports:
             newest = known.get(entry.domain)
             label = entry.domain or "ai.onnx"
+            if entry.domain in found or (
+                entry.domain in _DEFAULT_DOMAINS and found.keys() & set(_DEFAULT_DOMAINS)
+            ):
+                raise self.fail(f"{where} imports {label} twice")
             if newest is not None and not 1 <= entry.version <= newest:
                 raise self.fail(
                     f"{where} imports {label} opset {entry.version}, but the installed onnx "
@@ -129,7 +148,6 @@ class _Checker:
         key = id(graph)  # the cache holds the graph too, so the id is not reused
         if key not in self._free:
             defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-            defined |= {s.values.name for s in graph.sparse_initializer}
             used: set[str] = {o.name for o in graph.output}
             for node in graph.node:
                 defined.update(node.output)
@@ -149,7 +167,7 @@ class _Checker:
         pending: list[tuple[onnx.GraphProto, str, frozenset[str], int | None]],
     ) -> None:
         nodes = graph.node
-        # name -> its producer's index; -1 graph input, -2 initializer, -3 sparse initializer
+        # name -> its producer's index; -1 graph input, -2 initializer
         defined: dict[str, int] = {}
 
         def define(name: str, producer: int) -> None:
@@ -161,14 +179,40 @@ class _Checker:
             if name:
                 defined[name] = producer
 
+        if not graph.name:
+            raise self.fail(f"{where} has no name (onnx's checker requires one)")
+        for values in (graph.input, graph.output, graph.value_info):
+            for value in values:
+                tensor = value.type.tensor_type
+                if tensor.HasField("shape") and any(
+                    d.HasField("dim_value") and d.dim_value < 0 for d in tensor.shape.dim
+                ):
+                    dims = [
+                        d.dim_value if d.HasField("dim_value") else d.dim_param or "?"
+                        for d in tensor.shape.dim
+                    ]
+                    raise self.fail(
+                        f"value '{value.name}' in {where} has a negative dimension {dims}"
+                    )
         for value in graph.input:
             define(value.name, -1)
-        for tensor in graph.initializer:
+        for index, tensor in enumerate(graph.initializer):
+            if not tensor.name:
+                raise self.fail(f"initializer #{index} in {where} has no name")
             if defined.get(tensor.name) != -1:  # an initializer may repeat an input's name
+                if self.ir_version < 4:
+                    raise self.fail(
+                        f"initializer '{tensor.name}' in {where} is not a graph input, which "
+                        f"IR version {self.ir_version} requires (IR 4 lifted the rule)"
+                    )
                 define(tensor.name, -2)
             self.tensor(tensor, f"initializer '{tensor.name}' in {where}")
         for sparse in graph.sparse_initializer:
-            define(sparse.values.name, -3)
+            raise self.fail(
+                f"sparse initializer '{sparse.values.name}' in {where} is not supported: "
+                "onnx's checker refuses every node that reads one, so no valid output can "
+                "hold it; store it as a dense initializer"
+            )
         for index, node in enumerate(nodes):
             for name in node.output:
                 if name in defined:
@@ -201,7 +245,7 @@ class _Checker:
 
     @staticmethod
     def _definer(nodes: Sequence[onnx.NodeProto], producer: int) -> str:
-        names = {-1: "a graph input", -2: "an initializer", -3: "a sparse initializer"}
+        names = {-1: "a graph input", -2: "an initializer"}
         return names[producer] if producer < 0 else node_label(nodes[producer])
 
     def acyclic(self, graph: onnx.GraphProto, defined: dict[str, int], where: str) -> None:
@@ -243,13 +287,27 @@ class _Checker:
     ) -> None:
         """Check ``node`` (its ``attributes``, read once by the caller) against its schema."""
         for attr in attributes:
+            if attr.type in _SPARSE_ATTRS or attr.HasField("sparse_tensor") or attr.sparse_tensors:
+                raise self.fail(
+                    f"attribute '{attr.name}' of {node_label(node)} in {where} holds a sparse "
+                    "tensor, which the tool cannot carry; store it dense (Constant's 'value')"
+                )
             if attr.type in _TENSOR_ATTRS:
                 label = f"attribute '{attr.name}' of {node_label(node)} in {where}"
                 for tensor in (
                     (attr.t,) if attr.type == onnx.AttributeProto.TENSOR else attr.tensors
                 ):
                     self.tensor(tensor, label)
+        if not node.op_type:
+            raise self.fail(f"{node_label(node)} in {where} has no op_type")
         domain = node.domain
+        if domain not in self.imported and (
+            domain not in _DEFAULT_DOMAINS or not self.imported & set(_DEFAULT_DOMAINS)
+        ):
+            raise self.fail(
+                f"{node_label(node)} in {where} is in domain '{domain or 'ai.onnx'}', "
+                f"which {self.scope} does not import (no opset_import entry)"
+            )
         if (domain and domain != "ai.onnx") or opset is None:
             return
         schema = _schema_rules(node.op_type, opset)
@@ -299,6 +357,10 @@ class _Checker:
             dtype = ir.DataType(tensor.data_type)
         except ValueError:
             raise self.fail(f"{label} has unknown data type {tensor.data_type}") from None
+        if dtype == ir.DataType.STRING and tensor.HasField("raw_data"):
+            raise self.fail(
+                f"{label} is a string tensor holding raw_data (strings go in string_data)"
+            )
         if dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED):
             return
         count = math.prod(tensor.dims)
@@ -323,11 +385,24 @@ class _Checker:
     # -- functions -------------------------------------------------------------------
 
     def functions(self, model: onnx.ModelProto) -> None:
-        local = {(f.domain, f.name, f.overload): f for f in model.functions}
+        local: dict[tuple[str, str, str], onnx.FunctionProto] = {}
+        for function in model.functions:
+            key = (function.domain, function.name, function.overload)
+            where = f"local function '{key[0]}::{key[1]}'"
+            if key in local:
+                raise self.fail(f"{where} is defined twice")
+            if function.domain in _DEFAULT_DOMAINS:
+                raise self.fail(
+                    f"local function '{function.name}' is in the ai.onnx domain "
+                    f"('{function.domain}'), which belongs to ONNX's own operators; "
+                    "put it in a domain of its own"
+                )
+            local[key] = function
         calls: dict[tuple[str, str, str], set[tuple[str, str, str]]] = {}
         for key, function in local.items():
             where = f"function '{key[0]}::{key[1]}'"
             opsets = self.opsets(list(function.opset_import), where)
+            self.imported, self.scope = frozenset(opsets), where
             opset = opsets.get("", opsets.get("ai.onnx"))
             graph = onnx.GraphProto(name=where, node=function.node)
             graph.input.extend(onnx.ValueInfoProto(name=n) for n in function.input)
@@ -382,7 +457,7 @@ def check_model_proto(model: onnx.ModelProto, source: str) -> None:
 
     ``source`` names the file in messages.
     """
-    checker = _Checker(source)
+    checker = _Checker(source, model.ir_version)
     if not model.HasField("graph"):
         raise checker.fail("not an ONNX model (no graph)")
     if model.ir_version < 3:  # opset imports came with IR version 3
@@ -392,6 +467,15 @@ def check_model_proto(model: onnx.ModelProto, source: str) -> None:
             f"IR version {model.ir_version} is newer than the installed onnx "
             f"{onnx.__version__} knows ({onnx.IR_VERSION})"
         )
+    keys = [entry.key for entry in model.metadata_props]
+    if len(set(keys)) != len(keys):
+        twice = next(key for key in keys if keys.count(key) > 1)
+        raise checker.fail(f"metadata_props key '{twice}' appears more than once")
+    for kind, values in (("input", model.graph.input), ("output", model.graph.output)):
+        for value in values:
+            if not value.HasField("type"):
+                raise checker.fail(f"{kind} '{value.name}' of the model has no type")
     opsets = checker.opsets(list(model.opset_import), "the model")
+    checker.imported = frozenset(opsets)
     checker.walk(model.graph, f"graph '{model.graph.name}'", opsets.get("", opsets.get("ai.onnx")))
     checker.functions(model)

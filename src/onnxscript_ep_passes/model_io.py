@@ -57,6 +57,7 @@ __all__ = [
     "reference_problem",
     "save_model",
     "serialize_pointing_at",
+    "tensor_nbytes",
 ]
 
 import logging
@@ -167,6 +168,14 @@ def _all_tensors(model: ir.Model) -> Iterator[ir.TensorProtocol]:
                     yield from attr.value
 
 
+def tensor_nbytes(tensor: ir.TensorProtocol) -> int:
+    """Bytes of ``tensor``'s data; a string tensor's are its strings' lengths (onnx-ir's
+    ``nbytes`` has no size for string tensors)."""
+    if tensor.dtype == ir.DataType.STRING:
+        return sum(len(s) for s in tensor.numpy().ravel())
+    return int(tensor.nbytes)
+
+
 def _initializer_tensors(model: ir.Model) -> list[ir.TensorProtocol]:
     return [
         value.const_value
@@ -235,7 +244,7 @@ def _single_source(tensors: list[ir.TensorProtocol]) -> Path | None:
     for tensor in tensors:
         if isinstance(tensor, ir.ExternalTensor):
             sources.add(_file_of(tensor, seen))
-        elif tensor.nbytes > INLINE_TENSOR_LIMIT:
+        elif tensor_nbytes(tensor) > INLINE_TENSOR_LIMIT:
             return None  # an in-memory weight must be written
     return next(iter(sources)) if len(sources) == 1 else None
 
@@ -263,7 +272,7 @@ def _with_external_data(tensors: list[ir.TensorProtocol], asked: bool | None) ->
     if asked is not None:
         return asked
     external = any(isinstance(t, ir.ExternalTensor) for t in tensors)
-    return external or sum(t.nbytes for t in tensors) > INLINE_WEIGHTS_LIMIT
+    return external or sum(tensor_nbytes(t) for t in tensors) > INLINE_WEIGHTS_LIMIT
 
 
 def _copied_range(tensors: list[ir.TensorProtocol]) -> tuple[Path, int] | None:
@@ -374,6 +383,7 @@ def _write(
         return name, keep
     logger.debug("saving %s with external data %s", out, name)
     ir.save(model, stage.graph, external_data=name)
+    stage.check_graph()
     stage.sync(name)
     stage.sync(out.name)
     return name, keep

@@ -16,6 +16,12 @@ Rules:
   :class:`~onnxscript_ep_passes.DowngradeError` naming every offending node. It is never
   passed on at its old opset (as Olive's own ``OnnxOpVersionConversion`` does when
   onnxscript's converter gives up).
+- The output model's weights are written beside it: a model read with external data is
+  saved with external data (one data file in the output model's folder, named by
+  Olive's ``external_data_name`` or ``<model>.data``), whatever
+  ``save_as_external_data`` says, so the output never points at the input's data file
+  (which Olive does not copy to the output folder); inline weights follow Olive's
+  options.
 - The output model's ``model_attributes["ep_lowering"]`` holds the verdict line
   (:meth:`~onnxscript_ep_passes.passes.EpLoweringChoice.summary`).
 - Olive finds passes through its package config, which lists only its own. A workflow
@@ -44,6 +50,7 @@ from olive.passes.onnx.common import get_external_data_config, ir_model_to_olive
 from olive.passes.pass_config import BasePassConfig, PassConfigParam
 
 from onnxscript_ep_passes.ep.profiles import CPU
+from onnxscript_ep_passes.model_io import has_external_data
 from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringResult, LowerOpsetForEpPass
 
 logger = logging.getLogger(__name__)
@@ -112,7 +119,11 @@ class LowerOpsetForEp(Pass):
         choice = result.choice
         summary = choice.summary() if choice is not None else f"{ep} runs every opset"
         logger.info("%s: %s", PASS_NAME, summary)
-        output = ir_model_to_olive_model(ir_model, resolve_onnx_path(output_model_path), config)
+        external = config.model_dump()
+        if has_external_data(ir_model):
+            external["save_as_external_data"] = True  # the weights go beside the output
+        output_path = resolve_onnx_path(output_model_path)
+        output = ir_model_to_olive_model(ir_model, output_path, external)
         output.model_attributes = {**(model.model_attributes or {}), "ep_lowering": summary}
         return output
 

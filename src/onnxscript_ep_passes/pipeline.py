@@ -68,11 +68,31 @@ from onnxscript_ep_passes.verdict import Figures, verdict
 logger = logging.getLogger(__name__)
 
 
+def _string_tensors_serializable(model: ir.Model) -> None:
+    """Hold each string tensor the optimizer folded as an ``ir.StringTensor``.
+
+    onnxscript's constant folding stores a folded string value as a plain ``ir.Tensor``
+    over a bytes array, which onnx-ir cannot serialize (so the model could not be saved,
+    nor run to verify a fusion)."""
+    for graph in (model.graph, *model.graph.subgraphs()):
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if (
+                tensor is not None
+                and tensor.dtype == ir.DataType.STRING
+                and not isinstance(tensor, (ir.StringTensor, ir.TensorProtoTensor))
+            ):
+                value.const_value = ir.StringTensor(
+                    tensor.numpy(), shape=ir.Shape(tensor.shape.numpy()), name=tensor.name
+                )
+
+
 class _Optimize(ir.passes.InPlacePass):
     """onnxscript's optimizer."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         optimize(model)
+        _string_tensors_serializable(model)
         return ir.passes.PassResult(model, modified=True)
 
 
@@ -81,6 +101,7 @@ class _OptimizeAndFuse(ir.passes.InPlacePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         optimize(model)
+        _string_tensors_serializable(model)
         counts = onnx_fusions.fuse(model)
         fused = {op: n for op, n in counts.items() if n}
         if fused:

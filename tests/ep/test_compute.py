@@ -7,8 +7,14 @@ import onnx
 import onnx.helper as oh
 import onnx.numpy_helper
 import onnx_ir as ir
+import pytest
 
-from onnxscript_ep_passes.ep.compute import UNKNOWN_ELEMENTS, ValueSizes
+from onnxscript_ep_passes.ep.compute import (
+    STRING_ELEMENT_BYTES,
+    UNKNOWN_ELEMENTS,
+    ValueSizes,
+    element_bits,
+)
 from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.shapes import infer_missing_shapes
 
@@ -87,3 +93,13 @@ def test_unknown_values_get_the_documented_guess() -> None:
     assert sizes.elements(value) == UNKNOWN_ELEMENTS
     assert sizes.bytes(value) == 4 * UNKNOWN_ELEMENTS
     assert sizes.elements(None) == 0
+
+
+@pytest.mark.parametrize("dtype", list(ir.DataType), ids=lambda d: d.name)
+def test_every_onnx_element_type_has_a_size(dtype: ir.DataType) -> None:
+    """Rule 1 for each type ONNX has (a string tensor once raised 'Bitwidth not available')."""
+    value = ir.Value(name="v", type=ir.TensorType(dtype), shape=ir.Shape([3, 8]))
+    bits = {ir.DataType.STRING: 8 * STRING_ELEMENT_BYTES, ir.DataType.UNDEFINED: 32}
+    expected = bits.get(dtype) or dtype.bitwidth
+    assert element_bits(dtype) == expected
+    assert ValueSizes().bytes(value) == (24 * expected + 7) // 8

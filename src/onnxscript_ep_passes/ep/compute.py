@@ -9,7 +9,9 @@ model declares, with symbolic dimensions sized by
    Shapes and types are the model's, else those inferred by
    :func:`~onnxscript_ep_passes.ep.shapes.infer_missing_shapes`. A value of unknown type
    counts 4 bytes per element; one of unknown shape :data:`UNKNOWN_ELEMENTS` elements
-   (an activation-sized guess).
+   (an activation-sized guess). Every ONNX element type has a size: a string element
+   counts :data:`STRING_ELEMENT_BYTES` (what ORT holds per element, a ``std::string``;
+   its characters are not counted), ``UNDEFINED`` counts 4 bytes like an unknown type.
 2. **FLOPs of a node** (multiply-adds count 2):
    - ``MatMul``/``MatMulInteger``/``Gemm``: 2 x output elements x the reduced dimension.
    - ``Conv``/``ConvTranspose``/``ConvInteger``: 2 x output elements x (input channels /
@@ -27,7 +29,7 @@ model declares, with symbolic dimensions sized by
 
 from __future__ import annotations
 
-__all__ = ["UNKNOWN_ELEMENTS", "NodeWork", "ValueSizes"]
+__all__ = ["STRING_ELEMENT_BYTES", "UNKNOWN_ELEMENTS", "NodeWork", "ValueSizes", "element_bits"]
 
 import dataclasses
 import math
@@ -39,6 +41,18 @@ from onnxscript_ep_passes.ep.dims import DEFAULT_SEQUENCE, DimSizes
 
 UNKNOWN_ELEMENTS = DEFAULT_SEQUENCE * 64
 """Elements assumed for a value of unknown shape."""
+STRING_ELEMENT_BYTES = 32
+"""Bytes counted per element of a string tensor (ORT's ``std::string``)."""
+_NO_BITWIDTH = {ir.DataType.STRING: 8 * STRING_ELEMENT_BYTES, ir.DataType.UNDEFINED: 32}
+
+
+def element_bits(dtype: ir.DataType | None) -> int:
+    """Bits per element of ``dtype`` (rule 1): 32 for an unknown or undefined type."""
+    if dtype is None:
+        return 32
+    bits = _NO_BITWIDTH.get(dtype)
+    return dtype.bitwidth if bits is None else bits
+
 
 _MATMUL = frozenset({"MatMul", "MatMulInteger", "Gemm", "QLinearMatMul", "FusedMatMul"})
 _CONV = frozenset({"Conv", "ConvInteger", "QLinearConv", "FusedConv"})
@@ -142,7 +156,7 @@ class ValueSizes:
                 if counted is None:
                     counted = self._shape_elements[dims] = self.dims.elements(dims)
                 elements = counted
-            bits = dtype.bitwidth if dtype is not None else 32
+            bits = element_bits(dtype)
             known = self._sized[value] = (elements, (elements * bits + 7) // 8)
         return known
 

@@ -4,8 +4,8 @@ Type-only changes of this step (float6 for Cast and Q/DQ, the Optional ops' new
 types, ReduceLogSum(Exp)'s removed integer types, Einsum's bfloat16) are derived from
 ``onnx.defs`` by the registry. The adapters here cover the rest, and the type
 additions that have an exact equivalent below: bfloat16 for the data-movement ops
-(Compress, OneHot, ReverseSequence, Unique), the new Celu types (through Celu's
-function body) and BitShift on signed integers (and its now-defined shift amounts).
+(Compress, OneHot, ReverseSequence, Unique), the new Celu types (the half types in
+float32, rounded once; double through Celu's function body) and BitShift on signed integers (and its now-defined shift amounts).
 """
 
 from __future__ import annotations
@@ -54,8 +54,22 @@ def _is_bfloat16(ctx: DowngradeContext, value: ir.Value | None, what: str) -> bo
 
 @register_downgrade("SwiGLU", 28, kind="expansion")
 def swiglu_28(node: ir.Node, ctx: DowngradeContext) -> list[ir.Value | None]:
-    """SwiGLU-28 is new: expand it through its ONNX function body (Swish(A, alpha) * B)."""
-    return ctx.expand_function()
+    """SwiGLU-28 is new: Swish(A, alpha) * B (its function body); half types in float32.
+
+    A float16 or bfloat16 SwiGLU computes ``Swish(Cast(A, float)) * Cast(B, float)`` and
+    rounds once, Cast back to the input's type, as SwiGLU-28's outputs are (ONNX's
+    reference and ``test_swiglu_float16``, bit for bit); the body in float16 rounds
+    after the Sigmoid and after each Mul (one float16 ulp off on that test). Other types
+    are expanded through the function body.
+    """
+    a, b = node.inputs[0], node.inputs[1]
+    dtype = ctx.require_dtype(a, "A")
+    if dtype not in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16) or b is None:
+        return ctx.expand_function()
+    float_a = ctx.op("Cast", [a], to=ir.DataType.FLOAT)
+    swish = ctx.op("Swish", [float_a], alpha=ctx.attribute("alpha", 1.0))
+    product = ctx.op("Mul", [swish, ctx.op("Cast", [b], to=ir.DataType.FLOAT)])
+    return [ctx.op("Cast", [product], to=dtype)]
 
 
 @register_downgrade("DepthToSpace", 28, kind="attribute")
@@ -135,15 +149,25 @@ def mod_28(node: ir.Node, ctx: DowngradeContext) -> list[ir.Value | None] | None
 
 @register_downgrade("Celu", 28, kind="expansion")
 def celu_28(node: ir.Node, ctx: DowngradeContext) -> list[ir.Value | None] | None:
-    """Celu-28 added bfloat16, float16 and double: expand those through Celu's function body.
+    """Celu-28 added bfloat16 and float16 (run in float32, rounded once) and double (body).
 
-    The body (``alpha * Elu(x / alpha)`` in the input's own type) is ONNX's definition
-    of Celu-28; Div, Elu and Mul accept all three types at opset 27. Float stays Celu.
+    A bfloat16 or float16 Celu computes in float32 and rounds once:
+    ``Cast(Celu(Cast(X, float)), X's type)`` (widening is exact), which is what Celu-28
+    gives (ONNX's reference and its ``test_celu_bfloat16`` / ``test_celu_float16``
+    outputs); Celu's function body in the half type would round after each of its Div,
+    Elu and Mul (one bfloat16 ulp off on ``test_celu_bfloat16``). A double Celu is
+    expanded through the function body (``alpha * Elu(x / alpha)``) in double, which
+    float32 could not hold. Float stays Celu.
     """
     x = node.inputs[0]
-    if ctx.require_dtype(x, "X") == ir.DataType.FLOAT:
+    dtype = ctx.require_dtype(x, "X")
+    if dtype == ir.DataType.FLOAT:
         return None
-    return ctx.expand_function()
+    if dtype == ir.DataType.DOUBLE:
+        return ctx.expand_function()
+    alpha = ctx.attribute("alpha", 1.0)
+    wide = ctx.op("Celu", [ctx.op("Cast", [x], to=ir.DataType.FLOAT)], alpha=alpha)
+    return [ctx.op("Cast", [wide], to=dtype)]
 
 
 @register_downgrade("BitShift", 28, kind="rewrite")
