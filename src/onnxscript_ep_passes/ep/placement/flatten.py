@@ -148,6 +148,33 @@ def _tensor_size(tensor: ir.TensorProtocol | None) -> int | None:
     return size
 
 
+# A Constant's type by its attribute (the attribute ``value`` holds a tensor of its own).
+_CONSTANT_ATTRIBUTE_TYPES = {
+    "value_float": "tensor(float)",
+    "value_floats": "tensor(float)",
+    "value_int": "tensor(int64)",
+    "value_ints": "tensor(int64)",
+    "value_string": "tensor(string)",
+    "value_strings": "tensor(string)",
+}
+
+
+def _constant_type(node: ir.Node) -> str | None:
+    """The type of a ``Constant``'s output, read from its attribute (None if unknown)."""
+    for name, attr in node.attributes.items():
+        if not isinstance(attr, ir.Attr) or attr.is_ref():
+            continue
+        if name in ("value", "sparse_value"):
+            tensor = attr.value
+            dtype = getattr(tensor, "dtype", None)
+            if isinstance(dtype, ir.DataType) and dtype != ir.DataType.UNDEFINED:
+                return type_string(ir.TensorType(dtype))
+            return None
+        if name in _CONSTANT_ATTRIBUTE_TYPES:
+            return _CONSTANT_ATTRIBUTE_TYPES[name]
+    return None
+
+
 class Flattener:
     """Flattens a model into scopes of nodes (functions inlined), deciding kernels."""
 
@@ -313,15 +340,18 @@ class Flattener:
                         self._subgraphs(attr, opsets, scope, env, outer, flat, origin)
 
     def _constant(self, node: ir.Node, scope: FlatScope, env: dict[ir.Value, FlatValue]) -> None:
-        """A ``Constant``'s outputs become initializers (never placed)."""
+        """A ``Constant``'s outputs become initializers (never placed). An untyped output
+        (in a function body or a schema body) takes its type from the attribute, so the
+        nodes reading it can be typed, and a schema body ORT inlines can be built."""
         for out in node.outputs:
             attr = node.attributes.get("value")
             size = None
             if isinstance(attr, ir.Attr) and attr.type == ir.AttributeType.TENSOR:
                 size = _tensor_size(attr.value)  # as_tensor() is slow in a loop
-            env[out] = scope.new_value(
-                out.name or "", "initializer", type_string(out.type), size, out
-            )
+            dtype = type_string(out.type)
+            if dtype is None:
+                dtype = _constant_type(node)
+            env[out] = scope.new_value(out.name or "", "initializer", dtype, size, out)
 
     def _op_facts(
         self, op_type: str, domain: str, opset: int
