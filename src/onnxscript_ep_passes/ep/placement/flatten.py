@@ -10,7 +10,8 @@ Rules:
   domains the model does not import.
 - A node whose op has no kernel on the EP nor on ORT's CPU EP (Attention-25 on ORT 1.32)
   is replaced by its schema's ONNX function body, as ORT does; the body's nodes point at
-  the model's node (``inlined_by_ort``).
+  the model's node (``inlined_by_ort``) and keep the body's names, as ORT names them
+  (measured: the unnamed nodes of Attention-25's body are unnamed in ORT's record).
 - Subgraphs (If/Loop/Scan bodies, any depth) are scopes of their own, placed with the
   opsets of the graph that holds them; their nodes keep the function and the inlined node
   they belong to.
@@ -445,8 +446,9 @@ class Flattener:
             scope,
             local,
             collections.ChainMap(env, outer),
-            # ORT names an inlined node after its own function only, at any depth.
-            prefix=f"_inlfunc_{fn.name}_",
+            # ORT names an inlined node after its own function only, at any depth; the
+            # nodes of a schema body it inlines keep the body's names (measured: "").
+            prefix="" if origin.inlined_from is not None else f"_inlfunc_{fn.name}_",
             fn_scope=f"{fn_scope} / function '{fn_name}'",
             origin=origin,
         )
