@@ -27,6 +27,9 @@ a round changes nothing (ORT's transformer manager repeats its level up to 10 ti
    output has a fully static shape, becomes one ``Reshape`` to that shape, named
    ``<first>_new_reshape`` (reported with ``inserted_by_ort``; its ``node`` is the first
    node); the others are removed.
+6. Transpose pairs (ORT's transpose optimizer, in part): a ``Transpose`` of a
+   ``Transpose`` whose permutations compose to the identity is removed, its consumers
+   read the first one's input, and the first goes too when nothing else reads it.
 
 Rules for what ORT does not do here:
 
@@ -39,7 +42,15 @@ Rules for what ORT does not do here:
 - Not modelled: ORT's other fusions at this level (Conv+BatchNormalization/Add/Mul,
   MatMul+Add into Gemm, Reshape's Shape->Gather->Unsqueeze->Concat subgraph into a
   constant when the shape is dynamic, Div+Mul, Not+Where, Gemm+Transpose,
-  Relu+Clip, the transpose optimizer) and the no-op arithmetic rule (Add of 0, Mul by 1).
+  Relu+Clip, the rest of the transpose optimizer: pushing Transposes through other ops,
+  merging two into one) and the no-op arithmetic rule (Add of 0, Mul by 1).
+- Shapes are the model's own (its value types): where ORT's shape inference knows a
+  shape the model does not spell, ORT can fold or eliminate more (an ``Expand`` to a
+  shape it already has).
+- ORT inlines the schema body of an op in the graph itself (CastLike) before these
+  optimizations when no EP claims the op (measured: the Cast of a lowered decoder's
+  CastLike of a constant is folded), but not Attention-25's (measured: its body is placed
+  as written); here no schema body is optimized, so such a Cast is predicted kept.
   They merge or remove nodes on the same device; a model that relies on them to leave the
   CPU is predicted with the nodes they would remove.
 
@@ -76,6 +87,7 @@ RULES = (
     "shape_folding",
     "unused_after_folding",
     "reshape_fusion",
+    "transpose_cancellation",
 )
 """The rules a :class:`RemovedNode` names, in the order of the module docstring."""
 
@@ -159,6 +171,7 @@ def apply_basic_optimizations(scope: FlatScope) -> list[RemovedNode]:
         changed |= _eliminate_common_subexpressions(state)
         changed |= _fold_constants(state)
         changed |= _fuse_contiguous_reshapes(state)
+        changed |= _cancel_transposes(state)
         state.finish()
         if not changed:
             break
@@ -467,6 +480,58 @@ def _fuse_contiguous_reshapes(state: _Scope) -> bool:
         node.inserted = True  # made by ORT (its record points at the first node)
         changed = True
     return changed
+
+
+# -- 6. transpose pairs ----------------------------------------------------------------------
+
+
+def _perm(node: FlatNode, rank: int | None) -> list[int] | None:
+    ir_node = node.node
+    if ir_node is None:
+        return None
+    attr = ir_node.attributes.get("perm")
+    if isinstance(attr, ir.Attr) and not attr.is_ref() and attr.type == ir.AttributeType.INTS:
+        return [int(p) for p in attr.value]
+    return list(range(rank))[::-1] if rank is not None else None
+
+
+def _cancel_transposes(state: _Scope) -> bool:
+    changed = False
+    for second in state.scope.nodes:
+        if not state.optimizable(second) or second.domain != "" or second.op_type != "Transpose":
+            continue
+        middle = second.inputs[0] if second.inputs else None
+        first = middle.producer if middle is not None else None
+        out = second.outputs[0] if second.outputs else None
+        if (
+            first is None
+            or out is None
+            or out.is_output
+            or not state.optimizable(first)
+            or first.domain != ""
+            or first.op_type != "Transpose"
+            or first.inputs[0] is None
+        ):
+            continue
+        shape = _static_rank(first.inputs[0])
+        p1, p2 = _perm(first, shape), _perm(second, shape)
+        if p1 is None or p2 is None or len(p1) != len(p2):
+            continue
+        if [p1[i] for i in p2] != list(range(len(p1))):
+            continue
+        state.replace(out, first.inputs[0])
+        state.remove(second, "transpose_cancellation")
+        assert middle is not None
+        if not middle.consumers and not middle.is_output:
+            state.remove(first, "transpose_cancellation")
+        changed = True
+    return changed
+
+
+def _static_rank(value: FlatValue) -> int | None:
+    ir_value = value.ir_value
+    shape = ir_value.shape if ir_value is not None else None
+    return None if shape is None else len(shape)
 
 
 # -- values -------------------------------------------------------------------------------
