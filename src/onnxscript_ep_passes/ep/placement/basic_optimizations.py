@@ -25,8 +25,8 @@ a round changes nothing (ORT's transformer manager repeats its level up to 10 ti
 5. Contiguous reshapes: a ``Reshape`` followed by ``Reshape``/``Squeeze``/``Unsqueeze``
    nodes, each the only consumer of the one before (none a graph output), whose last
    output has a fully static shape, becomes one ``Reshape`` to that shape, named
-   ``<first>_new_reshape`` (reported with ``inserted_by_ort``; its ``node`` is the first
-   node); the others are removed.
+   ``<first>_new_reshape`` (its record's ``node`` is the first node); the others are
+   removed.
 6. Transpose pairs (ORT's transpose optimizer, in part): a ``Transpose`` of a
    ``Transpose`` whose permutations compose to the identity is removed, its consumers
    read the first one's input, and the first goes too when nothing else reads it.
@@ -476,8 +476,7 @@ def _fuse_contiguous_reshapes(state: _Scope) -> bool:
             state.remove(removed, "reshape_fusion")
         node.outputs[0] = last
         last.producer, last.producer_slot = node, 0
-        node.name = f"{node.name}_new_reshape"
-        node.inserted = True  # made by ORT (its record points at the first node)
+        node.name = f"{node.name}_new_reshape"  # ORT's name; the record keeps the first node
         changed = True
     return changed
 

@@ -73,14 +73,14 @@ class NodePlacement:
         scope: Where the node lives, for people to read: ``"graph 'main'"``,
             ``"subgraph 'If_0/then_branch'"``, with `` / function 'dom::f'`` appended for
             inlined function nodes. No decision is made from it: use the fields below.
-        inserted_by_ort: A node ORT adds, not in the model: a layout-transformation
-            Transpose, or the ``Reshape`` ORT's basic optimizations fuse a chain of
-            reshapes into (its ``node`` is the chain's first node).
+        inserted_by_ort: A node ORT adds (layout-transformation Transpose), not in the model.
         nhwc: ORT's layout transformation converts the node to the EP's NHWC domain
             (ORT then names it ``<name>_token_<n>``).
         node: The model's node this placement is about: the node itself, or, for a node
             of a schema function body ORT inlines (``inlined_by_ort``), the model's node
-            whose body it is. None for the Transposes ORT inserts.
+            whose body it is. None for nodes ORT inserts. The ``Reshape`` ORT's basic
+            optimizations fuse a chain of reshapes into points at the chain's first node
+            (its ``name`` is ORT's, ``<first>_new_reshape``).
         function: The model-local function whose body holds ``node`` (the innermost one;
             its nodes are shared by every call site), or None for a node of the main
             graph or of its subgraphs.
