@@ -15,7 +15,8 @@ a round changes nothing (ORT's transformer manager repeats its level up to 10 ti
    int64) with the same type, shape and bytes become one value.
 3. Common-subexpression elimination: a node with the same op, domain and attributes
    (numbers, strings and their lists only: nodes with tensor or graph attributes are never
-   merged) as an earlier one, on the same inputs, is replaced by it. Random ops and
+   merged) as an earlier one in ORT's topological order, on the same inputs, is replaced
+   by it. Random ops and
    ``DequantizeLinear`` are never merged; a node whose output is a graph output is kept.
 4. Constant folding: a deterministic ai.onnx node without subgraphs, all of whose inputs
    are constant initializers, and that ORT's CPU EP has a kernel for (by version), is
@@ -61,16 +62,26 @@ from __future__ import annotations
 
 __all__ = ["RULES", "apply_basic_optimizations"]
 
-import functools
 import logging
 from collections.abc import Hashable
 
 import numpy as np
 import onnx_ir as ir
 
-from onnxscript_ep_passes.ep.kernel_table import KernelTable
-from onnxscript_ep_passes.ep.live_tables import live_table
-from onnxscript_ep_passes.ep.names import CPU_EP
+from onnxscript_ep_passes.ep.live_tables import installed_cpu_table
+from onnxscript_ep_passes.ep.placement.basic_fusions import (
+    cancel_transposes,
+    fuse_contiguous_reshapes,
+)
+from onnxscript_ep_passes.ep.placement.edits import (
+    ScopeEdits,
+    constant_array,
+    constant_tensor,
+    element_count,
+    has_subgraph,
+    ort_topological_order,
+    static_shape,
+)
 from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatScope, FlatValue
 from onnxscript_ep_passes.ep.placement.results import RemovedNode
 
@@ -118,70 +129,29 @@ _MERGEABLE_ATTRIBUTES = frozenset(
 _INT64_MAX = np.iinfo(np.int64).max
 
 
-@functools.lru_cache(maxsize=1)
-def _cpu_table() -> KernelTable | None:
-    """The installed ORT's CPU kernels (constant folding runs nodes on the CPU EP)."""
-    try:
-        return live_table(CPU_EP)
-    except Exception as error:  # no live listing: assume CPU runs every ai.onnx op
-        logger.debug("no live CPU kernel table: %s", error)
-        return None
-
-
-class _Scope:
-    """One scope being optimized: rewiring, removal and the record of what was removed."""
-
-    def __init__(self, scope: FlatScope, removed: list[RemovedNode]) -> None:
-        self.scope = scope
-        self.removed = removed
-        self.gone: set[FlatNode] = set()
-
-    def optimizable(self, node: FlatNode) -> bool:
-        return node not in self.gone and not node.inlined_by_ort and not node.inserted
-
-    def remove(self, node: FlatNode, rule: str) -> None:
-        """Drop ``node`` from the scope (its outputs must have been rewired or folded)."""
-        self.gone.add(node)
-        for slot, value in enumerate(node.inputs):
-            if value is not None:
-                value.consumers.remove((node, slot))
-        self.removed.append(
-            RemovedNode(node.name, node.op_type, node.domain, rule, node.scope, node.node)
-        )
-
-    def replace(self, old: FlatValue, new: FlatValue) -> None:
-        """Every consumer of ``old`` reads ``new`` instead."""
-        for consumer, slot in old.consumers:
-            consumer.inputs[slot] = new
-            new.consumers.append((consumer, slot))
-        old.consumers.clear()
-
-    def finish(self) -> None:
-        if self.gone:
-            self.scope.nodes = [n for n in self.scope.nodes if n not in self.gone]
-
-
 def apply_basic_optimizations(scope: FlatScope) -> list[RemovedNode]:
     """ORT's level-1 optimizations on one scope (module docstring); the nodes removed."""
     removed: list[RemovedNode] = []
-    state = _Scope(scope, removed)
+    state = ScopeEdits(scope, removed)
     for _ in range(_MAX_ROUNDS):
         changed = _eliminate_redundant(state)
         changed |= _share_constants(state)
         changed |= _eliminate_common_subexpressions(state)
         changed |= _fold_constants(state)
-        changed |= _fuse_contiguous_reshapes(state)
-        changed |= _cancel_transposes(state)
+        changed |= fuse_contiguous_reshapes(state)
+        changed |= cancel_transposes(state)
         state.finish()
         if not changed:
             break
+    if removed:
+        logger.debug("%s: ORT's basic optimizations remove %d nodes", scope.name, len(removed))
     return removed
 
 
 # -- 1. redundant nodes -------------------------------------------------------------------
 
 
-def _eliminate_redundant(state: _Scope) -> bool:
+def _eliminate_redundant(state: ScopeEdits) -> bool:
     changed = False
     for node in state.scope.nodes:
         if not state.optimizable(node) or node.domain != "":
@@ -222,7 +192,7 @@ def _redundant_rule(node: FlatNode) -> str | None:
 def _dropout_is_identity(node: FlatNode) -> bool:
     """Inference-mode Dropout (no ``training_mode`` input set true): its data is its input."""
     if len(node.inputs) > 2 and node.inputs[2] is not None:
-        training = _constant_array(node.inputs[2])
+        training = constant_array(node.inputs[2])
         if training is None or bool(training.reshape(-1)[0]):
             return False
     return True
@@ -232,8 +202,8 @@ def _expand_is_identity(node: FlatNode) -> bool:
     """``Expand`` to a constant shape its input already has (dims of 1 broadcast to it)."""
     if len(node.inputs) < 2 or node.inputs[0] is None or node.inputs[1] is None:
         return False
-    shape = _static_shape(node.inputs[0])
-    target = _constant_array(node.inputs[1])
+    shape = static_shape(node.inputs[0])
+    target = constant_array(node.inputs[1])
     if shape is None or target is None:
         return False
     target_dims = [int(d) for d in target.reshape(-1)]
@@ -249,7 +219,7 @@ def _slice_is_identity(node: FlatNode) -> bool:
         return False
     data = node.inputs[0]
     assert data is not None
-    arrays = [_constant_array(v) if v is not None else None for v in node.inputs[1:]]
+    arrays = [constant_array(v) if v is not None else None for v in node.inputs[1:]]
     if any(a is None for a in arrays[:2]):
         return False
     starts, ends = (np.asarray(a).reshape(-1) for a in arrays[:2])
@@ -262,7 +232,7 @@ def _slice_is_identity(node: FlatNode) -> bool:
         return False
     if np.all(ends == _INT64_MAX):
         return True
-    shape = _static_shape(data)
+    shape = static_shape(data)
     if shape is None:
         return False
     axes_array = arrays[2] if len(arrays) > 2 else None
@@ -283,7 +253,7 @@ def _slice_is_identity(node: FlatNode) -> bool:
 # -- 2. constant sharing --------------------------------------------------------------------
 
 
-def _share_constants(state: _Scope) -> bool:
+def _share_constants(state: ScopeEdits) -> bool:
     shared: dict[Hashable, FlatValue] = {}
     changed = False
     for value in state.scope.values:
@@ -302,7 +272,7 @@ def _share_constants(state: _Scope) -> bool:
 def _sharing_key(value: FlatValue) -> Hashable | None:
     if value.size is None or not 0 < value.size <= _SHARED_MAX_ELEMENTS:
         return None
-    tensor = _constant_tensor(value)
+    tensor = constant_tensor(value)
     if tensor is None or tensor.dtype not in _SHARED_TYPES:
         return None
     try:
@@ -315,10 +285,11 @@ def _sharing_key(value: FlatValue) -> Hashable | None:
 # -- 3. common subexpressions -------------------------------------------------------------
 
 
-def _eliminate_common_subexpressions(state: _Scope) -> bool:
+def _eliminate_common_subexpressions(state: ScopeEdits) -> bool:
     seen: dict[Hashable, FlatNode] = {}
     changed = False
-    for node in state.scope.nodes:
+    live = [n for n in state.scope.nodes if n not in state.gone]
+    for node in ort_topological_order(live):  # the first of equal nodes is kept
         if not state.optimizable(node):
             continue
         key = _cse_key(node)
@@ -372,7 +343,7 @@ def _cse_key(node: FlatNode) -> Hashable | None:
 # -- 4. constant folding --------------------------------------------------------------------
 
 
-def _fold_constants(state: _Scope) -> bool:
+def _fold_constants(state: ScopeEdits) -> bool:
     changed = False
     for node in state.scope.nodes:
         if not state.optimizable(node):
@@ -385,7 +356,7 @@ def _fold_constants(state: _Scope) -> bool:
             if out is not None:
                 out.kind = "initializer"
                 out.producer = None
-                out.size = _element_count(out)
+                out.size = element_count(out)
         state.remove(node, rule)
         for producer in producers:
             _remove_unused_chain(state, producer)
@@ -394,18 +365,18 @@ def _fold_constants(state: _Scope) -> bool:
 
 
 def _folding_rule(node: FlatNode) -> str | None:
-    if node.domain != "" or node.op_type in _NON_DETERMINISTIC or _has_subgraph(node):
+    if node.domain != "" or node.op_type in _NON_DETERMINISTIC or has_subgraph(node):
         return None
     if any(o is not None and not (o.dtype or "").startswith("tensor(") for o in node.outputs):
         return None  # only tensors become initializers
     if node.op_type == "Shape":
         data = node.inputs[0] if node.inputs else None
-        return "shape_folding" if data is not None and _static_shape(data) is not None else None
+        return "shape_folding" if data is not None and static_shape(data) is not None else None
     if node.op_type == "DequantizeLinear":
         return None  # ORT keeps QDQ node units (it folds a whole DQ -> X -> Q unit only)
     if any(v is not None and v.kind != "initializer" for v in node.inputs):
         return None
-    cpu = _cpu_table()
+    cpu = installed_cpu_table()
     if (
         cpu is not None
         and node.since_version is not None
@@ -415,186 +386,16 @@ def _folding_rule(node: FlatNode) -> str | None:
     return "constant_folding"
 
 
-def _remove_unused_chain(state: _Scope, node: FlatNode) -> None:
+def _remove_unused_chain(state: ScopeEdits, node: FlatNode) -> None:
     """ORT's RemoveNodesWithOneOutputBottomUp: a node left without consumers, whose outputs
     are not graph outputs, goes, and so on up its inputs."""
     work = [node]
     while work:
         current = work.pop()
-        if not state.optimizable(current) or _has_subgraph(current):
+        if not state.optimizable(current) or has_subgraph(current):
             continue
         if any(o is not None and (o.consumers or o.is_output) for o in current.outputs):
             continue
         producers = [v.producer for v in current.inputs if v is not None and v.producer]
         state.remove(current, "unused_after_folding")
         work.extend(p for p in producers if p is not None)
-
-
-# -- 5. contiguous reshapes ------------------------------------------------------------------
-
-_RESHAPES = frozenset({"Reshape", "Squeeze", "Unsqueeze"})
-
-
-def _fuse_contiguous_reshapes(state: _Scope) -> bool:
-    changed = False
-    for node in state.scope.nodes:
-        if not state.optimizable(node) or node.domain != "" or node.op_type != "Reshape":
-            continue
-        if len(node.inputs) < 2 or node.inputs[0] is None or node.inputs[1] is None:
-            continue
-        chain = [node]
-        while True:
-            out = chain[-1].outputs[0] if chain[-1].outputs else None
-            if out is None or out.is_output or len(out.consumers) != 1:
-                break
-            if any(o is not None and (o.consumers or o.is_output) for o in chain[-1].outputs[1:]):
-                break
-            following, slot = out.consumers[0]
-            if (
-                slot != 0
-                or not state.optimizable(following)
-                or following.domain != ""
-                or following.op_type not in _RESHAPES
-            ):
-                break
-            chain.append(following)
-        last = chain[-1].outputs[0] if chain[-1].outputs else None
-        if len(chain) < 2 or last is None:
-            continue
-        shape = _static_shape(last)
-        if shape is None:
-            continue
-        old_shape = node.inputs[1]
-        assert old_shape is not None
-        old_shape.consumers.remove((node, 1))
-        new_shape = state.scope.new_value(
-            f"{node.name}_new_reshape_shape", "initializer", "tensor(int64)", len(shape)
-        )
-        new_shape.consumers.append((node, 1))
-        node.inputs[1] = new_shape
-        for removed in chain[1:]:
-            state.remove(removed, "reshape_fusion")
-        node.outputs[0] = last
-        last.producer, last.producer_slot = node, 0
-        node.name = f"{node.name}_new_reshape"  # ORT's name; the record keeps the first node
-        changed = True
-    return changed
-
-
-# -- 6. transpose pairs ----------------------------------------------------------------------
-
-
-def _perm(node: FlatNode, rank: int | None) -> list[int] | None:
-    ir_node = node.node
-    if ir_node is None:
-        return None
-    attr = ir_node.attributes.get("perm")
-    if isinstance(attr, ir.Attr) and not attr.is_ref() and attr.type == ir.AttributeType.INTS:
-        return [int(p) for p in attr.value]
-    return list(range(rank))[::-1] if rank is not None else None
-
-
-def _cancel_transposes(state: _Scope) -> bool:
-    changed = False
-    for second in state.scope.nodes:
-        if not state.optimizable(second) or second.domain != "" or second.op_type != "Transpose":
-            continue
-        middle = second.inputs[0] if second.inputs else None
-        first = middle.producer if middle is not None else None
-        out = second.outputs[0] if second.outputs else None
-        if (
-            first is None
-            or out is None
-            or out.is_output
-            or not state.optimizable(first)
-            or first.domain != ""
-            or first.op_type != "Transpose"
-            or first.inputs[0] is None
-        ):
-            continue
-        shape = _static_rank(first.inputs[0])
-        p1, p2 = _perm(first, shape), _perm(second, shape)
-        if p1 is None or p2 is None or len(p1) != len(p2):
-            continue
-        if [p1[i] for i in p2] != list(range(len(p1))):
-            continue
-        state.replace(out, first.inputs[0])
-        state.remove(second, "transpose_cancellation")
-        assert middle is not None
-        if not middle.consumers and not middle.is_output:
-            state.remove(first, "transpose_cancellation")
-        changed = True
-    return changed
-
-
-def _static_rank(value: FlatValue) -> int | None:
-    ir_value = value.ir_value
-    shape = ir_value.shape if ir_value is not None else None
-    return None if shape is None else len(shape)
-
-
-# -- values -------------------------------------------------------------------------------
-
-
-def _has_subgraph(node: FlatNode) -> bool:
-    ir_node = node.node
-    if ir_node is None or node.inlined_by_ort:
-        return False
-    return any(
-        isinstance(a, ir.Attr) and a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
-        for a in ir_node.attributes.values()
-    )
-
-
-def _static_shape(value: FlatValue) -> list[int] | None:
-    """The value's shape when every dimension is a number (from the model's types)."""
-    ir_value = value.ir_value
-    shape = ir_value.shape if ir_value is not None else None
-    if shape is None:
-        return None
-    dims = [d for d in shape if isinstance(d, int)]
-    return dims if len(dims) == len(shape) else None
-
-
-def _element_count(value: FlatValue) -> int | None:
-    dims = _static_shape(value)
-    if dims is None:
-        return None
-    count = 1
-    for d in dims:
-        count *= d
-    return count
-
-
-def _constant_tensor(value: FlatValue) -> ir.TensorProtocol | None:
-    """The data of a constant initializer or of a ``Constant``'s output (None if unknown;
-    values computed by folding are unknown)."""
-    ir_value = value.ir_value
-    if ir_value is None or value.kind != "initializer":
-        return None
-    if ir_value.const_value is not None:
-        return ir_value.const_value
-    producer = ir_value.producer()
-    if producer is None or producer.op_type != "Constant" or producer.domain not in ("", "ai.onnx"):
-        return None
-    for name, attr in producer.attributes.items():
-        if not isinstance(attr, ir.Attr) or attr.is_ref():
-            return None
-        if name == "value" and attr.type == ir.AttributeType.TENSOR:
-            tensor: ir.TensorProtocol = attr.as_tensor()
-            return tensor
-        if name in ("value_int", "value_ints"):
-            return ir.tensor(np.asarray(attr.value, dtype=np.int64))
-        if name in ("value_float", "value_floats"):
-            return ir.tensor(np.asarray(attr.value, dtype=np.float32))
-    return None
-
-
-def _constant_array(value: FlatValue) -> np.ndarray | None:
-    tensor = _constant_tensor(value)
-    if tensor is None:
-        return None
-    try:
-        return tensor.numpy()
-    except Exception:  # unreadable data
-        return None

@@ -42,7 +42,7 @@ from onnxscript_ep_passes._onnx import (
     type_string,
 )
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
-from onnxscript_ep_passes.ep.live_tables import live_table
+from onnxscript_ep_passes.ep.live_tables import installed_cpu_table
 from onnxscript_ep_passes.ep.memo import BoundedCache, shape_key
 from onnxscript_ep_passes.ep.names import normalize_domain
 from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatScope, FlatValue
@@ -52,7 +52,6 @@ from onnxscript_ep_passes.ep.placement.kernels import (
     infer_types,
     type_proto,
 )
-from onnxscript_ep_passes.ep.profiles import CPU
 
 logger = logging.getLogger(__name__)
 
@@ -67,16 +66,6 @@ class _Origin:
 
     function: ir.Function | None = None  # the innermost model-local function
     inlined_from: ir.Node | None = None  # the model node whose schema body ORT inlines
-
-
-@functools.lru_cache(maxsize=1)
-def _cpu_table() -> KernelTable | None:
-    """The installed ORT's CPU kernels (which ops ORT must inline instead of running)."""
-    try:
-        return live_table(CPU)
-    except Exception as error:  # no live listing: assume CPU runs everything
-        logger.debug("no live CPU kernel table: %s", error)
-        return None
 
 
 def _cached_schema_body(
@@ -370,7 +359,7 @@ class Flattener:
                 since = 1
             may_inline = False
             if domain == "" and schema is not None:
-                cpu = _cpu_table()
+                cpu = installed_cpu_table()
                 may_inline = (
                     self.table.match(domain, op_type, schema.since_version) is None
                     and cpu is not None
