@@ -26,7 +26,6 @@ __all__ = ["Flattener"]
 
 import collections
 import dataclasses
-import functools
 import logging
 from collections.abc import Hashable, Iterable, Mapping, MutableMapping, Sequence
 
