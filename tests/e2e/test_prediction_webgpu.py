@@ -32,16 +32,13 @@ from onnxscript_ep_passes.ep.placement import OptimizationLevel, PlacementPredic
 from onnxscript_ep_passes.passes import LowerOpsetForEpPass
 from onnxscript_ep_passes.pipeline import OptimizeForEpPass
 from tests.e2e.helpers import run_on_webgpu
+from tests.fusion import WEBGPU_EXPORT_MARKS
 from tests.torch_models import export_proto, llm_export, llm_inputs, sample_inputs
 
 pytestmark = [
-    pytest.mark.webgpu,
-    pytest.mark.torch,
+    *WEBGPU_EXPORT_MARKS,
     pytest.mark.slow,
-    pytest.mark.usefixtures("webgpu"),
-    pytest.mark.filterwarnings("ignore::FutureWarning"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-    pytest.mark.filterwarnings("ignore::UserWarning"),
 ]
 
 OPSETS = (23, 24, 25)
@@ -80,6 +77,13 @@ def _parse(data: bytes) -> onnx.ModelProto:
     proto = onnx.ModelProto()
     proto.ParseFromString(data)
     return proto
+
+
+def _assert_same_memcpy(pred: PlacementPrediction, from_host: int, to_host: int) -> None:
+    """Rule 1: ORT's Memcpy nodes, in number and direction."""
+    assert (pred.memcpy_from_host, pred.memcpy_to_host) == (from_host, to_host), [
+        (t.value, t.direction) for t in pred.transfers
+    ]
 
 
 def _assert_removed_as_ort(
@@ -129,10 +133,7 @@ def test_predicted_memcpy_equals_ort_at_its_default_level(
     pred = predict_placement(proto, webgpu_table)  # ORT's default level
     assert pred.optimization_level == OptimizationLevel.ENABLE_ALL
     run = run_on_webgpu(proto, _feeds(source, kind, proto))
-    assert (pred.memcpy_from_host, pred.memcpy_to_host) == (
-        run.memcpy_from_host,
-        run.memcpy_to_host,
-    ), ([(t.value, t.direction) for t in pred.transfers], run.cpu_summary())
+    _assert_same_memcpy(pred, run.memcpy_from_host, run.memcpy_to_host)
     if variant == "original":
         predicted_cpu = collections.Counter(n.op_type for n in pred.cpu_nodes)
         assert predicted_cpu == collections.Counter(run.cpu_summary())
@@ -146,10 +147,7 @@ def test_predicted_memcpy_and_removals_equal_ort_at_basic_level(
     proto = _parse(_models(source, kind, opset, webgpu_table)[variant])
     pred = predict_placement(proto, webgpu_table, optimization_level=BASIC)
     measured = measure_placement(proto, "webgpu", graph_optimization_level=BASIC)
-    assert (pred.memcpy_from_host, pred.memcpy_to_host) == (
-        measured.memcpy_from_host,
-        measured.memcpy_to_host,
-    )
+    _assert_same_memcpy(pred, measured.memcpy_from_host, measured.memcpy_to_host)
     # The lowered models keep what ORT removes with rules not modelled (an Expand whose
     # input shape only ORT's inference knows, CastLike's Cast, Transposes it pushes).
     _assert_removed_as_ort(proto, webgpu_table, pred, BASIC, exact=variant == "original")
@@ -190,10 +188,7 @@ def test_fused_decoders_predicted_as_ort_places_them(
     assert pipeline.after is not None
     assert pipeline.after.memcpy == run.memcpy
     pred = predict_placement(proto, webgpu_table)
-    assert (pred.memcpy_from_host, pred.memcpy_to_host) == (
-        run.memcpy_from_host,
-        run.memcpy_to_host,
-    )
+    _assert_same_memcpy(pred, run.memcpy_from_host, run.memcpy_to_host)
     assert collections.Counter(n.op_type for n in pred.cpu_nodes) == collections.Counter(
         run.cpu_summary()
     )
