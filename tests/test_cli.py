@@ -233,10 +233,11 @@ def test_report_webgpu_live_table_with_and_without_legalization(
     assert plain["table_source"] == "live:get_registered_ep_kernel_defs"
     # WebGPU has no ai.onnx Attention kernel at any opset: without legalization, the
     # objective (Attention on CPU is expensive) picks an opset below 23, where the exact
-    # lowering has replaced Attention by its definition; its shape math stays on CPU.
+    # lowering has replaced Attention by its definition; its shape math has static shapes,
+    # which ORT folds before placing (measured: 0 Memcpy in a real session at opset 22).
     assert plain["chosen"]["opset"] < 23 and not plain["chosen"]["legalized"]
     assert "Attention" not in {n["op_type"] for n in plain["after"]["nodes"]}
-    assert plain["after"]["memcpy"] > 0
+    assert plain["after"]["memcpy"] == 0
     assert legalized["after"]["memcpy"] == 0
     assert any(d["decision"] == "expand" for d in legalized["decisions"])
 
@@ -423,9 +424,15 @@ def test_report_states_an_assumed_ort_release(
 
 
 def _many_reshapes(tmp_path: Path) -> Path:
-    """Eight Reshape-24 (CUDA 1.24: only 23+) and a Relu that stays where it is."""
+    """Eight Reshape-24 (CUDA 1.24: only 23+) and a Relu that stays where it is; every
+    Reshape's output is a graph output, so ORT does not fuse the chain into one Reshape."""
     path = tmp_path / "reshapes.onnx"
-    onnx.save(reshape_chain(24, 8), path)
+    proto = reshape_chain(24, 8)
+    proto.graph.output.extend(
+        onnx.helper.make_tensor_value_info(f"r{i}", onnx.TensorProto.FLOAT, [3, 4])
+        for i in range(1, 8)
+    )
+    onnx.save(proto, path)
     return path
 
 

@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import dataclasses
 
+import onnx
 import onnx_ir as ir
 
 from onnxscript_ep_passes.ep import get_table
 from onnxscript_ep_passes.passes import LowerOpsetForEpPass, choose_target_opset
 from onnxscript_ep_passes.verdict import Figures, ep_display_name, quantity, table_label, verdict
-from tests.harness import reshape_chain
+from tests.harness import reshape_chain, tensor_info
 
 
 def _reshapes(opset: int, count: int = 40) -> ir.Model:
-    return ir.from_proto(reshape_chain(opset, count))
+    """Relu then ``count`` Reshapes-``opset`` ([2, 6] -> [3, 4] -> [3, 4] ...), each output a
+    graph output, so ORT fuses no two of them (it makes one Reshape of a chain of reshapes
+    whose inner values nothing else reads, as reshape_chain's)."""
+    proto = reshape_chain(opset, count)
+    declared = {o.name for o in proto.graph.output}
+    for i in range(1, count):
+        if f"r{i}" not in declared:
+            proto.graph.output.append(tensor_info(f"r{i}", onnx.TensorProto.FLOAT, [3, 4]))
+    return ir.from_proto(proto)
 
 
 def test_verdict_words() -> None:

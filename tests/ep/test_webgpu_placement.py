@@ -3,6 +3,9 @@
 For each model: the nodes predicted on CPU (ORT's shape-computation preference aside) are
 exactly the nodes ORT placed on CPU; the layout Transposes ORT inserts are predicted in
 number and placement; the Memcpy nodes ORT inserted are predicted in number and direction.
+Sessions run with graph optimizations disabled (the graph as written) unless a test says
+otherwise; then the prediction is made for the same level, and the nodes ORT's basic
+optimizations remove before placing are predicted too.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import collections
 
 import onnx
+import onnxruntime as ort
 import pytest
 
 from onnxscript_ep_passes.ep import (
@@ -54,15 +58,18 @@ def _all_names(model: onnx.ModelProto) -> set[str]:
 
 
 def compare(
-    model: onnx.ModelProto, table: KernelTable
+    model: onnx.ModelProto,
+    table: KernelTable,
+    level: ort.GraphOptimizationLevel = ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
 ) -> tuple[PlacementPrediction, PlacementMeasurement]:
-    """Predict and measure ``model``; assert they agree; return both."""
-    pred = predict_placement(model, table)
-    meas = measure_placement(model, "webgpu")
+    """Predict and measure ``model`` at ORT's optimization ``level``; assert they agree."""
+    pred = predict_placement(model, table, optimization_level=level)
+    meas = measure_placement(model, "webgpu", graph_optimization_level=level)
     assert meas.ep_node_count > 0, "the EP received no node"
     assert "WebGpuExecutionProvider" in meas.providers
 
     own = _all_names(model)
+    own |= {f"{name}_new_reshape" for name in own}  # ORT's name for a fused reshape chain
     measured_cpu = {n.source_name for n in meas.cpu_nodes if n.source_name in own}
     predicted_cpu = {n.name for n in pred.nodes if n.is_fallback and not n.inserted_by_ort}
     assert not pred.shape_computation_nodes  # the WebGPU plugin does not apply it
@@ -70,6 +77,13 @@ def compare(
     measured_own = {n.source_name for n in meas.nodes if n.source_name in own}
     predicted_own = {n.name for n in pred.nodes if not n.inserted_by_ort}
     assert measured_own == predicted_own
+    # What ORT removed before placing is what the prediction says it removes.
+    as_written = predict_placement(model, table, optimization_level=0)
+    placeable = {n.name for n in as_written.nodes if not n.inserted_by_ort}
+    fused = {
+        n.node.name for n in pred.nodes if n.node is not None and n.name.endswith("_new_reshape")
+    }
+    assert {r.name for r in pred.removed} == placeable - measured_own - fused, pred.removed
 
     inserted_measured = collections.Counter(
         "ep" if n.provider == meas.ep else "cpu"
@@ -119,6 +133,46 @@ def test_chain_model(opset: int, webgpu_table: KernelTable) -> None:
         assert meas.provider_of(name) == "CPUExecutionProvider"
     if opset >= 25:
         assert meas.provider_of("transpose") == "CPUExecutionProvider"
+
+
+@pytest.mark.parametrize("opset", [21, 25])
+@pytest.mark.parametrize(
+    "level",
+    [ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, ort.GraphOptimizationLevel.ORT_ENABLE_ALL],
+    ids=["basic", "all"],
+)
+def test_chain_model_as_ort_optimizes_it(
+    opset: int, level: ort.GraphOptimizationLevel, webgpu_table: KernelTable
+) -> None:
+    """Before placing, ORT folds the static shape computation (Shape of a [2, 3, 4] value,
+    then Gather, Unsqueeze, Concat on constants), drops the Identity and the Unsqueeze on
+    a constant: the int64 nodes that fell back are gone, and so are their Memcpy nodes."""
+    pred, meas = compare(chain_model(opset), webgpu_table, level)
+    assert pred.removed_by_rule() == {
+        "constant_folding": 3,
+        "identity_elimination": 1,
+        "reshape_fusion": 2,
+        "shape_folding": 1,
+    }
+    assert {r.name for r in pred.removed} == {
+        "shape",
+        "gather",
+        "unsqueeze_dim",
+        "concat",
+        "identity",
+        "unsqueeze",
+        "squeeze",
+    }
+    # Reshape -> Unsqueeze -> Squeeze (static shapes) became one Reshape ORT names so.
+    fused = [n for n in pred.nodes if n.node is not None and n.name != n.node.name]
+    assert [(n.name, n.op_type) for n in fused] == [("reshape_new_reshape", "Reshape")]
+    assert meas.provider_of("reshape_new_reshape") == "WebGpuExecutionProvider"
+    as_written = predict_placement(chain_model(opset), webgpu_table, optimization_level=0)
+    assert not as_written.removed and pred.memcpy <= as_written.memcpy
+    # The int64 shape nodes that fell back as written are folded away.
+    assert {"gather", "concat"} <= {n.name for n in as_written.fallback_nodes}
+    assert not {"gather", "concat"} & {n.name for n in pred.nodes}
+    assert meas.provider_of("reshape_dyn") == "WebGpuExecutionProvider"
 
 
 @pytest.mark.parametrize("opset", OPSETS)

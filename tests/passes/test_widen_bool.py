@@ -142,7 +142,9 @@ def test_legalize_widens_on_webgpu_and_removes_the_copies(webgpu_table: KernelTa
     model = ir.from_proto(original)
     result = legalize(model, webgpu_table)
     widened = sorted(n.name for n in result.widened)
-    assert widened == ["concat", "pad", "shape", "slice"], widened
+    # The Shape of the static [3, 5] mask is folded by ORT before placement (its default
+    # level): it never runs, so it is not widened.
+    assert widened == ["concat", "pad", "slice"], widened
     assert not result.expanded
     decisions = {d.node: d.decision for d in result.decisions}
     assert all(decisions[name] == "ep_equivalent" for name in widened), decisions

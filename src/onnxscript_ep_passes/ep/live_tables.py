@@ -12,13 +12,21 @@ Rules:
 
 from __future__ import annotations
 
-__all__ = ["LiveTableUnavailableError", "installed_ort_version", "live_table"]
+__all__ = [
+    "LiveTableUnavailableError",
+    "installed_cpu_table",
+    "installed_ort_version",
+    "live_table",
+]
 
 import functools
+import logging
 
 from onnxscript_ep_passes.ep.kernel_listing import LiveTableUnavailableError, installed_ort_version
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
-from onnxscript_ep_passes.ep.profiles import EpProfile, resolve_ep
+from onnxscript_ep_passes.ep.profiles import CPU, EpProfile, resolve_ep
+
+logger = logging.getLogger(__name__)
 
 
 def live_table(ep: str | EpProfile) -> KernelTable:
@@ -34,3 +42,16 @@ def live_table(ep: str | EpProfile) -> KernelTable:
 @functools.cache
 def _live_table(ort_name: str) -> KernelTable:
     return resolve_ep(ort_name).live_table()
+
+
+@functools.cache
+def installed_cpu_table() -> KernelTable | None:
+    """The installed ORT's CPU kernels, or None when they cannot be listed (callers then
+    assume ORT's CPU EP runs every ai.onnx op). Placement reads it twice: which ops ORT
+    must inline (no CPU kernel either), and which nodes it can constant-fold (it folds on
+    the CPU EP)."""
+    try:
+        return live_table(CPU)
+    except Exception as error:  # no live listing
+        logger.debug("no live CPU kernel table: %s", error)
+        return None

@@ -10,7 +10,8 @@ Rules:
   domains the model does not import.
 - A node whose op has no kernel on the EP nor on ORT's CPU EP (Attention-25 on ORT 1.32)
   is replaced by its schema's ONNX function body, as ORT does; the body's nodes point at
-  the model's node (``inlined_by_ort``).
+  the model's node (``inlined_by_ort``) and keep the body's names, as ORT names them
+  (measured: the unnamed nodes of Attention-25's body are unnamed in ORT's record).
 - Subgraphs (If/Loop/Scan bodies, any depth) are scopes of their own, placed with the
   opsets of the graph that holds them; their nodes keep the function and the inlined node
   they belong to.
@@ -25,7 +26,6 @@ __all__ = ["Flattener"]
 
 import collections
 import dataclasses
-import functools
 import logging
 from collections.abc import Hashable, Iterable, Mapping, MutableMapping, Sequence
 
@@ -41,7 +41,7 @@ from onnxscript_ep_passes._onnx import (
     type_string,
 )
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
-from onnxscript_ep_passes.ep.live_tables import live_table
+from onnxscript_ep_passes.ep.live_tables import installed_cpu_table
 from onnxscript_ep_passes.ep.memo import BoundedCache, shape_key
 from onnxscript_ep_passes.ep.names import normalize_domain
 from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatScope, FlatValue
@@ -51,7 +51,6 @@ from onnxscript_ep_passes.ep.placement.kernels import (
     infer_types,
     type_proto,
 )
-from onnxscript_ep_passes.ep.profiles import CPU
 
 logger = logging.getLogger(__name__)
 
@@ -66,16 +65,6 @@ class _Origin:
 
     function: ir.Function | None = None  # the innermost model-local function
     inlined_from: ir.Node | None = None  # the model node whose schema body ORT inlines
-
-
-@functools.lru_cache(maxsize=1)
-def _cpu_table() -> KernelTable | None:
-    """The installed ORT's CPU kernels (which ops ORT must inline instead of running)."""
-    try:
-        return live_table(CPU)
-    except Exception as error:  # no live listing: assume CPU runs everything
-        logger.debug("no live CPU kernel table: %s", error)
-        return None
 
 
 def _cached_schema_body(
@@ -146,6 +135,33 @@ def _tensor_size(tensor: ir.TensorProtocol | None) -> int | None:
             return None
         size *= d
     return size
+
+
+# A Constant's type by its attribute (the attribute ``value`` holds a tensor of its own).
+_CONSTANT_ATTRIBUTE_TYPES = {
+    "value_float": "tensor(float)",
+    "value_floats": "tensor(float)",
+    "value_int": "tensor(int64)",
+    "value_ints": "tensor(int64)",
+    "value_string": "tensor(string)",
+    "value_strings": "tensor(string)",
+}
+
+
+def _constant_type(node: ir.Node) -> str | None:
+    """The type of a ``Constant``'s output, read from its attribute (None if unknown)."""
+    for name, attr in node.attributes.items():
+        if not isinstance(attr, ir.Attr) or attr.is_ref():
+            continue
+        if name in ("value", "sparse_value"):
+            tensor = attr.value
+            dtype = getattr(tensor, "dtype", None)
+            if isinstance(dtype, ir.DataType) and dtype != ir.DataType.UNDEFINED:
+                return type_string(ir.TensorType(dtype))
+            return None
+        if name in _CONSTANT_ATTRIBUTE_TYPES:
+            return _CONSTANT_ATTRIBUTE_TYPES[name]
+    return None
 
 
 class Flattener:
@@ -313,15 +329,18 @@ class Flattener:
                         self._subgraphs(attr, opsets, scope, env, outer, flat, origin)
 
     def _constant(self, node: ir.Node, scope: FlatScope, env: dict[ir.Value, FlatValue]) -> None:
-        """A ``Constant``'s outputs become initializers (never placed)."""
+        """A ``Constant``'s outputs become initializers (never placed). An untyped output
+        (in a function body or a schema body) takes its type from the attribute, so the
+        nodes reading it can be typed, and a schema body ORT inlines can be built."""
         for out in node.outputs:
             attr = node.attributes.get("value")
             size = None
             if isinstance(attr, ir.Attr) and attr.type == ir.AttributeType.TENSOR:
                 size = _tensor_size(attr.value)  # as_tensor() is slow in a loop
-            env[out] = scope.new_value(
-                out.name or "", "initializer", type_string(out.type), size, out
-            )
+            dtype = type_string(out.type)
+            if dtype is None:
+                dtype = _constant_type(node)
+            env[out] = scope.new_value(out.name or "", "initializer", dtype, size, out)
 
     def _op_facts(
         self, op_type: str, domain: str, opset: int
@@ -339,7 +358,7 @@ class Flattener:
                 since = 1
             may_inline = False
             if domain == "" and schema is not None:
-                cpu = _cpu_table()
+                cpu = installed_cpu_table()
                 may_inline = (
                     self.table.match(domain, op_type, schema.since_version) is None
                     and cpu is not None
@@ -415,8 +434,9 @@ class Flattener:
             scope,
             local,
             collections.ChainMap(env, outer),
-            # ORT names an inlined node after its own function only, at any depth.
-            prefix=f"_inlfunc_{fn.name}_",
+            # ORT names an inlined node after its own function only, at any depth; the
+            # nodes of a schema body it inlines keep the body's names (measured: "").
+            prefix="" if origin.inlined_from is not None else f"_inlfunc_{fn.name}_",
             fn_scope=f"{fn_scope} / function '{fn_name}'",
             origin=origin,
         )

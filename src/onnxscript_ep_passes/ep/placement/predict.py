@@ -1,14 +1,17 @@
 """Predict ORT's placement of a model on an EP: the phases run in ORT's order.
 
 1. Graph loading (:mod:`.flatten`), deciding each node's kernel (:mod:`.kernels`);
+   then, at ORT's basic level and above (its default is ``ENABLE_ALL``), the optimizations
+   ORT runs before partitioning (:mod:`.basic_optimizations`);
 2. ORT's CPU preference for shape computations (:mod:`.cpu_preference`), for EPs whose
    traits say so;
 3. the NHWC layout transformation (:mod:`.layout`), for EPs with an NHWC domain;
 4. the Memcpy estimate (:mod:`.memcpy`).
 
-Placement is predicted for the graph as written, i.e. what a session with graph
-optimizations disabled shows (:func:`~onnxscript_ep_passes.ep.sessions.measure_placement`'s
-default); fusions and constant folding at higher levels change the graph.
+Placement is predicted for the graph ORT partitions at the session's optimization level:
+by default ORT's default level (what a user's session does); ``DISABLE_ALL`` predicts the
+graph as written (:func:`~onnxscript_ep_passes.ep.sessions.measure_placement`'s default).
+The fusions of the higher levels run after partitioning, on placed nodes.
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ __all__ = ["predict_placement"]
 
 import dataclasses
 import logging
+from typing import Any
 
 import onnx
 import onnx_ir as ir
 
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.names import normalize_domain
+from onnxscript_ep_passes.ep.placement.basic_optimizations import apply_basic_optimizations
 from onnxscript_ep_passes.ep.placement.cpu_preference import apply_cpu_preference
 from onnxscript_ep_passes.ep.placement.flatten import Flattener
 from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatScope
@@ -30,7 +35,9 @@ from onnxscript_ep_passes.ep.placement.layout import apply_layout_transform
 from onnxscript_ep_passes.ep.placement.memcpy import transfers
 from onnxscript_ep_passes.ep.placement.results import (
     NodePlacement,
+    OptimizationLevel,
     PlacementPrediction,
+    RemovedNode,
     Transfer,
 )
 from onnxscript_ep_passes.ep.profiles import traits_for
@@ -45,6 +52,7 @@ def predict_placement(
     *,
     traits: EpTraits | None = None,
     layout_transform: bool = True,
+    optimization_level: OptimizationLevel | Any = OptimizationLevel.ENABLE_ALL,
 ) -> PlacementPrediction:
     """Predict ORT's placement of every node of ``model`` on ``table``'s EP.
 
@@ -55,16 +63,31 @@ def predict_placement(
             ``(table.ep)``.
         layout_transform: Model the Transposes of ORT's NHWC layout transformation for
             EPs that prefer NHWC (see the module docstring).
+        optimization_level: The session's graph optimization level (an
+            :class:`~onnxscript_ep_passes.ep.placement.OptimizationLevel`, an
+            ``onnxruntime.GraphOptimizationLevel`` or its number); default ORT's default.
 
     Returns:
-        Per-node placements, fallback and shape-computation lists, and the Memcpy estimate.
+        Per-node placements, fallback and shape-computation lists, the Memcpy estimate,
+        and the nodes ORT's basic optimizations remove before placing.
+
+    Raises:
+        ValueError: ``optimization_level`` is not one of ORT's levels.
     """
+    level = OptimizationLevel.of(optimization_level)
     ir_model = model if isinstance(model, ir.Model) else ir.serde.deserialize_model(model)
     traits = traits if traits is not None else traits_for(table.ep)
     flat = Flattener(ir_model, table)
     opsets = {normalize_domain(k): v for k, v in ir_model.opset_imports.items()}
     flat.build_graph(ir_model.graph, opsets, "graph 'main'", None)
+    removed: list[RemovedNode] = []
+    if level.folds:
+        for scope in flat.scopes:
+            removed.extend(apply_basic_optimizations(scope))
     order = list(flat.order)
+    if removed:
+        kept = {n for scope in flat.scopes for n in scope.nodes}
+        order = [n for n in order if n in kept]
     found: list[Transfer] = []
     for scope in flat.scopes:
         if traits.prefers_cpu_for_shape_nodes:
@@ -79,6 +102,8 @@ def predict_placement(
         ort_version=table.ort_version,
         nodes=records,
         transfers=tuple(found),
+        optimization_level=level,
+        removed=tuple(removed),
     )
     _release(flat.scopes)
     logger.debug("%s", prediction)

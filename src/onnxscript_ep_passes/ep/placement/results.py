@@ -22,15 +22,18 @@ from __future__ import annotations
 __all__ = [
     "SHAPE_COMPUTATION_REASON",
     "NodePlacement",
+    "OptimizationLevel",
     "Placement",
     "PlacementPrediction",
     "ReasonCode",
+    "RemovedNode",
     "Transfer",
 ]
 
 import collections
 import dataclasses
-from typing import Literal
+import enum
+from typing import Any, Literal
 
 import onnx_ir as ir
 
@@ -75,7 +78,9 @@ class NodePlacement:
             (ORT then names it ``<name>_token_<n>``).
         node: The model's node this placement is about: the node itself, or, for a node
             of a schema function body ORT inlines (``inlined_by_ort``), the model's node
-            whose body it is. None for nodes ORT inserts.
+            whose body it is. None for nodes ORT inserts. The ``Reshape`` ORT's basic
+            optimizations fuse a chain of reshapes into points at the chain's first node
+            (its ``name`` is ORT's, ``<first>_new_reshape``).
         function: The model-local function whose body holds ``node`` (the innermost one;
             its nodes are shared by every call site), or None for a node of the main
             graph or of its subgraphs.
@@ -118,6 +123,66 @@ class NodePlacement:
         return bool(values) and all(_integer_or_bool(v) for v in values)
 
 
+class OptimizationLevel(enum.IntEnum):
+    """ORT's graph optimization levels (``onnxruntime.GraphOptimizationLevel``'s values).
+
+    Placement is predicted for the graph ORT partitions at the level: the graph as written
+    at ``DISABLE_ALL``; from ``ENABLE_BASIC`` up, after the basic optimizations of this
+    module. The higher levels' fusions run after partitioning, on nodes already placed.
+    """
+
+    DISABLE_ALL = 0
+    ENABLE_BASIC = 1
+    ENABLE_EXTENDED = 2
+    ENABLE_LAYOUT = 3
+    ENABLE_ALL = 99
+
+    @classmethod
+    def of(cls, level: Any) -> OptimizationLevel:
+        """The level of an ``OptimizationLevel``, an ``onnxruntime.GraphOptimizationLevel``
+        or its number.
+
+        Raises:
+            ValueError: not one of ORT's levels.
+        """
+        if isinstance(level, cls):
+            return level
+        number = getattr(level, "value", level)
+        try:
+            return cls(int(number))
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"not an ORT graph optimization level: {level!r} "
+                f"(one of {', '.join(f'{m.name}={m.value}' for m in cls)})"
+            ) from None
+
+    @property
+    def folds(self) -> bool:
+        """ORT runs its basic optimizations before partitioning at this level."""
+        return self >= OptimizationLevel.ENABLE_BASIC
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RemovedNode:
+    """A node ORT's basic optimizations remove before placing the graph.
+
+    Attributes:
+        name: The node's name as ORT reports it.
+        op_type: The operator.
+        domain: ``""`` for ai.onnx.
+        rule: Which rule removed it (one of :data:`~onnxscript_ep_passes.ep.placement.basic_optimizations.RULES`).
+        scope: Where the node lives, for people to read.
+        node: The model's IR node (None when unknown).
+    """
+
+    name: str
+    op_type: str
+    domain: str
+    rule: str
+    scope: str
+    node: ir.Node | None = dataclasses.field(default=None, compare=False, repr=False)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Transfer:
     """One predicted Memcpy node: the value copied and the direction.
@@ -143,6 +208,9 @@ class PlacementPrediction:
         nodes: One record per placed node (main graph, subgraphs, inlined functions,
             inserted layout Transposes), in graph order.
         transfers: The predicted Memcpy nodes.
+        optimization_level: The session's graph optimization level predicted for.
+        removed: The nodes ORT's basic optimizations remove (fold, merge, eliminate)
+            before it places the graph, with the rule that removes each; not in ``nodes``.
     """
 
     ep: str
@@ -150,6 +218,12 @@ class PlacementPrediction:
     ort_version: str
     nodes: tuple[NodePlacement, ...]
     transfers: tuple[Transfer, ...]
+    optimization_level: OptimizationLevel = OptimizationLevel.ENABLE_ALL
+    removed: tuple[RemovedNode, ...] = ()
+
+    def removed_by_rule(self) -> dict[str, int]:
+        """``rule -> number of nodes`` ORT's basic optimizations remove (non-zero only)."""
+        return dict(sorted(collections.Counter(r.rule for r in self.removed).items()))
 
     @property
     def memcpy_from_host(self) -> int:

@@ -236,6 +236,9 @@ _WEBGPU_CPU_INPUTS = slots(
         ("CumSum", [1]),
         ("Trilu", [1]),
         ("If", [0]),
+        # total_sequence_length: fed by a CPU Cast in optimize's fused decoders, no
+        # MemcpyFromHost (seqlens_k, slot 5, fed the same way, gets one).
+        ("com.microsoft::GroupQueryAttention", [6]),
         *((op, [1]) for op in REDUCE_OPS),
     ]
 )

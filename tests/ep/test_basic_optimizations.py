@@ -1,0 +1,183 @@
+"""ORT's basic optimizations before placement, checked against ORT itself on its CPU EP.
+
+Each small model is predicted at ``ORT_ENABLE_BASIC`` and loaded in a real ORT CPU session
+at the same level, whose optimized model (``optimized_model_filepath``) shows which nodes
+ORT removed; level-1 optimizations run before partitioning whatever the EPs, so the CPU
+session sees what a WebGPU session sees (tests/ep/test_webgpu_placement.py and
+tests/e2e/test_prediction_webgpu.py check that on the real WebGPU EP).
+"""
+
+from __future__ import annotations
+
+import collections
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto
+
+from onnxscript_ep_passes.ep import KernelTable, predict_placement
+from onnxscript_ep_passes.ep.placement import OptimizationLevel, PlacementPrediction
+
+F = TensorProto.FLOAT
+TABLE = KernelTable.from_rows(
+    "TestEP", "0.0", "test", [("", op, 1, None, None) for op in ("Relu", "Cos", "Add")]
+)
+
+
+def _model(
+    nodes: list[onnx.NodeProto],
+    inputs: list[onnx.ValueInfoProto],
+    outputs: list[onnx.ValueInfoProto],
+    initializers: list[onnx.TensorProto] = (),  # type: ignore[assignment]
+    opset: int = 21,
+) -> onnx.ModelProto:
+    graph = oh.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
+    model.ir_version = 10
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+
+
+def _ort_kept(model: onnx.ModelProto) -> collections.Counter[str]:
+    """Names of the nodes ORT keeps at ORT_ENABLE_BASIC (its saved optimized model)."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.log_severity_level = 3
+    with tempfile.TemporaryDirectory(prefix="basic_opt_") as tmp:
+        options.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
+        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        saved = onnx.load(options.optimized_model_filepath)
+    return collections.Counter(n.name for n in saved.graph.node)
+
+
+def _check(model: onnx.ModelProto) -> PlacementPrediction:
+    """Predict at ORT_ENABLE_BASIC; the removed nodes are those ORT's optimized model lacks."""
+    pred = predict_placement(model, TABLE, optimization_level=OptimizationLevel.ENABLE_BASIC)
+    kept = _ort_kept(model)
+    written = collections.Counter(n.name for n in model.graph.node if n.op_type != "Constant")
+    predicted_kept = collections.Counter(n.name for n in pred.nodes if not n.inserted_by_ort)
+    assert collections.Counter(r.name for r in pred.removed) == written - kept, pred.removed
+    assert predicted_kept == kept
+    return pred
+
+
+def _x(shape: list[int | str] | None = None) -> onnx.ValueInfoProto:
+    return oh.make_tensor_value_info("x", F, [2, 3] if shape is None else shape)
+
+
+def _y(name: str = "y") -> onnx.ValueInfoProto:
+    return oh.make_tensor_value_info(name, F, None)
+
+
+def _i64(name: str, values: list[int]) -> onnx.TensorProto:
+    return onnx.numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+def test_duplicates_merge_and_equal_small_constants_are_shared() -> None:
+    """Two Cos of x merge; two Adds of equal (but distinct) scalar initializers too."""
+    nodes = [
+        oh.make_node("Cos", ["x"], ["c1"], name="cos1"),
+        oh.make_node("Cos", ["x"], ["c2"], name="cos2"),
+        oh.make_node("Add", ["c1", "one_a"], ["a1"], name="add1"),
+        oh.make_node("Add", ["c2", "one_b"], ["a2"], name="add2"),
+        oh.make_node("Relu", ["a1"], ["r1"], name="relu1"),
+        oh.make_node("Relu", ["a2"], ["r2"], name="relu2"),
+        oh.make_node("Add", ["r1", "r2"], ["y"], name="sum"),
+    ]
+    one = [onnx.numpy_helper.from_array(np.array(1.0, np.float32), n) for n in ("one_a", "one_b")]
+    pred = _check(_model(nodes, [_x()], [_y()], one))
+    assert pred.removed_by_rule() == {"common_subexpression": 3}
+
+
+def test_identity_same_type_cast_and_dropout_are_eliminated() -> None:
+    nodes = [
+        oh.make_node("Identity", ["x"], ["i"], name="identity"),
+        oh.make_node("Cast", ["i"], ["c"], to=F, name="cast_same"),
+        oh.make_node("Dropout", ["c"], ["d"], name="dropout"),
+        oh.make_node("Cast", ["d"], ["h"], to=TensorProto.FLOAT16, name="cast_half"),
+        oh.make_node("Cast", ["h"], ["y"], to=F, name="cast_back"),
+    ]
+    pred = _check(_model(nodes, [_x()], [_y()]))
+    assert pred.removed_by_rule() == {
+        "cast_elimination": 1,
+        "dropout_elimination": 1,
+        "identity_elimination": 1,
+    }
+
+
+def test_static_shapes_fold_and_dynamic_ones_do_not() -> None:
+    """Shape of the static [2, 3] x folds, and with it Gather/Unsqueeze/Concat on constants;
+    Shape of the dynamic z stays."""
+    nodes = [
+        oh.make_node("Shape", ["x"], ["s"], name="shape_static"),
+        oh.make_node("Gather", ["s", "i0"], ["g"], axis=0, name="gather"),
+        oh.make_node("Unsqueeze", ["g", "ax0"], ["u"], name="unsqueeze"),
+        oh.make_node("Concat", ["u", "m1"], ["new_shape"], axis=0, name="concat"),
+        oh.make_node("Reshape", ["x", "new_shape"], ["y"], name="reshape"),
+        oh.make_node("Shape", ["z"], ["w"], name="shape_dynamic"),
+    ]
+    inputs = [_x(), oh.make_tensor_value_info("z", F, ["n", 3])]
+    outputs = [_y(), oh.make_tensor_value_info("w", TensorProto.INT64, [2])]
+    inits = [_i64("ax0", [0]), _i64("m1", [-1]), onnx.numpy_helper.from_array(np.array(0), "i0")]
+    pred = _check(_model(nodes, inputs, outputs, inits))
+    assert pred.removed_by_rule() == {"constant_folding": 3, "shape_folding": 1}
+    assert {r.name for r in pred.removed} == {"shape_static", "gather", "unsqueeze", "concat"}
+
+
+def test_graph_outputs_and_random_ops_are_kept() -> None:
+    """An Identity whose output is a graph output stays; two RandomNormalLike never merge."""
+    nodes = [
+        oh.make_node("Identity", ["x"], ["y"], name="identity_out"),
+        oh.make_node("RandomNormalLike", ["x"], ["n1"], name="random1"),
+        oh.make_node("RandomNormalLike", ["x"], ["n2"], name="random2"),
+        oh.make_node("Add", ["n1", "n2"], ["z"], name="add"),
+    ]
+    pred = _check(_model(nodes, [_x()], [_y(), _y("z")]))
+    assert not pred.removed
+
+
+def test_a_reshape_chain_with_a_static_result_becomes_one_reshape() -> None:
+    nodes = [
+        oh.make_node("Relu", ["x"], ["r"], name="relu"),
+        oh.make_node("Reshape", ["r", "s6"], ["flat"], name="reshape"),
+        oh.make_node("Unsqueeze", ["flat", "ax0"], ["u"], name="unsqueeze"),
+        oh.make_node("Squeeze", ["u", "ax0"], ["q"], name="squeeze"),
+        oh.make_node("Relu", ["q"], ["y"], name="relu_out"),
+    ]
+    model = _model(nodes, [_x()], [_y()], [_i64("s6", [6]), _i64("ax0", [0])])
+    pred = predict_placement(model, TABLE, optimization_level=1)
+    assert pred.removed_by_rule() == {"reshape_fusion": 2}
+    assert _ort_kept(model) == collections.Counter(
+        {"relu": 1, "reshape_new_reshape": 1, "relu_out": 1}
+    )
+    assert [n.name for n in pred.nodes] == ["relu", "reshape_new_reshape", "relu_out"]
+
+
+def test_transpose_pairs_that_cancel_go() -> None:
+    nodes = [
+        oh.make_node("Relu", ["x"], ["r"], name="relu"),
+        oh.make_node("Transpose", ["r"], ["t1"], perm=[0, 2, 1], name="t1"),
+        oh.make_node("Transpose", ["t1"], ["t2"], perm=[0, 2, 1], name="t2"),
+        oh.make_node("Relu", ["t2"], ["y"], name="relu_out"),
+    ]
+    pred = _check(_model(nodes, [_x([2, 3, 4])], [_y()]))
+    assert pred.removed_by_rule() == {"transpose_cancellation": 2}
+
+
+def test_disabled_removes_nothing_and_levels_are_checked() -> None:
+    nodes = [oh.make_node("Identity", ["x"], ["i"], name="identity")]
+    nodes.append(oh.make_node("Relu", ["i"], ["y"], name="relu"))
+    model = _model(nodes, [_x()], [_y()])
+    as_written = predict_placement(model, TABLE, optimization_level=0)
+    assert not as_written.removed and len(as_written.nodes) == 2
+    assert as_written.optimization_level == OptimizationLevel.DISABLE_ALL
+    default = predict_placement(model, TABLE)
+    assert default.optimization_level == OptimizationLevel.ENABLE_ALL
+    assert [r.name for r in default.removed] == ["identity"]
+    assert OptimizationLevel.of(ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED).folds
+    with pytest.raises(ValueError, match="not an ORT graph optimization level: 7"):
+        predict_placement(model, TABLE, optimization_level=7)
