@@ -46,6 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     dims_help = "sizes of symbolic dimensions for estimates and measured runs (NAME=SIZE,...)"
     parser.add_argument("--dims", metavar="NAME=SIZE,...", help=dims_help)
     parser.add_argument("--report-json", help="write what was fused (JSON) to this file")
+    padding_help = (
+        "keep a fusion that equals the unfused model at every position attention_mask keeps "
+        "even where it differs at padding positions (default: every position must agree)"
+    )
+    parser.add_argument("--allow-padding-differences", action="store_true", help=padding_help)
     lowest_help = "weigh no opset below N (default 18): a faster search (see lower --help)"
     parser.add_argument("--lowest-opset", metavar="N", type=int, help=lowest_help)
 
@@ -66,6 +71,7 @@ def run(args: argparse.Namespace) -> list[str]:
         dims=parse_dims(args.dims),
         measure=args.measure,
         lowest_opset=args.lowest_opset,
+        allow_padding_differences=args.allow_padding_differences,
     )
     pipeline(model)
     save_model(model, args.output)

@@ -8,7 +8,10 @@ and RotaryEmbedding-23 (Qwen3 at 23), Pow/ReduceMean and rotate_half (Llama at 2
 q/k norms at 25 (``gemma3_wide``: its 4096-token sliding window cannot bind, so the
 attention is provably causal; tests/torch_models.py) and ``gemma3_w4`` at 24, whose 4-token
 window binds at 8 tokens (GroupQueryAttention with ``local_window_size=4`` on the EP).
-Models: 4 layers, batch 1.
+Models: 4 layers, batch 1. The fusions are kept with ``allow_padding_differences``: WebGPU's
+GroupQueryAttention differs from the unfused attention at the padding positions of a
+left-padded row (queries that see no key), so by default the pass refuses it there
+(test_verify_webgpu.py); every position ``attention_mask`` keeps is equal.
 """
 
 from __future__ import annotations
@@ -34,15 +37,15 @@ def test_optimized_export_runs_on_webgpu_with_few_memcpy(kind: str, opset: int) 
     proto = llm_export(kind, opset)
     model = ir.from_proto(proto)
     feeds = generate_feeds(model.graph.inputs, Sizes(1, 8, 0))
-    pipeline = OptimizeForEpPass("webgpu")
+    pipeline = OptimizeForEpPass("webgpu", allow_padding_differences=True)
     pipeline(model)
     if kind == "gemma3_w4":
         gqa = [n for n in model.graph if n.op_type == "GroupQueryAttention"]
         assert [n.attributes.get_int("local_window_size", -1) for n in gqa] == [4] * 4
-    assert {f.pattern for f in pipeline.fusions if f.kept} >= {
-        "skip_rms_normalization",
-        "group_query_attention",
-    }
+    kept = {f.pattern: f for f in pipeline.fusions if f.kept}
+    assert {"skip_rms_normalization", "group_query_attention"} <= set(kept)
+    checked = [c["ep"] for c in kept["group_query_attention"].checks]
+    assert checked == ["CPUExecutionProvider", "WebGpuExecutionProvider"]
     run = run_on_webgpu(ir.to_proto(model), feeds)
     assert run.memcpy <= 2, run.cpu_summary()
     assert len(run.cpu_nodes) <= 12, run.cpu_summary()

@@ -45,7 +45,7 @@ Nothing here changes the model.
 
 from __future__ import annotations
 
-__all__ = ["prove_causal_mask"]
+__all__ = ["has_past_input", "prove_causal_mask"]
 
 import re
 from collections.abc import Callable, Sequence
@@ -436,6 +436,14 @@ def _check_constant(model: ir.Model, array: np.ndarray, has_past: bool) -> None:
         raise refuse("a constant mask that is not causal")
 
 
+def has_past_input(model: ir.Model) -> bool:
+    """Whether the graph has a KV cache input (a 4-D input named ``past...``)."""
+    return any(
+        v.shape is not None and len(v.shape) == 4 and "past" in (v.name or "")
+        for v in model.graph.inputs
+    )
+
+
 def prove_causal_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> int | None:
     """Prove ``mask`` (an Attention's input 3) causal AND window AND padding (module docstring).
 
@@ -446,10 +454,7 @@ def prove_causal_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> in
     Raises:
         RefusedError: not proven; the message says which condition failed.
     """
-    has_past = any(
-        v.shape is not None and len(v.shape) == 4 and "past" in (v.name or "")
-        for v in model.graph.inputs
-    )
+    has_past = has_past_input(model)
     tensor = ir.convenience.get_const_tensor(mask)
     if tensor is not None:
         _check_constant(model, tensor.numpy(), has_past)
