@@ -31,6 +31,7 @@ def test_measure_chooses_between_fused_and_unfused_on_webgpu(
     out, report = tmp_path / "out.onnx", tmp_path / "report.json"
     argv = ["optimize", str(source), "-o", str(out), "--ep", "webgpu", "--measure"]
     argv += ["--dims", "batch=1,sequence_length=8", "--max-length", "64"]
+    argv += ["--allow-padding-differences"]  # WebGPU's GQA differs at padding positions
     assert main([*argv, "--report-json", str(report)]) == 0
     data = json.loads(report.read_text())
     jsonschema.validate(data, report_schema())

@@ -6,7 +6,8 @@ unfused attention at the padding positions of a left-padded row (queries that se
 0.15-0.55 on the logits, while ORT's CPU EP matches there. So ``optimize --ep webgpu``
 
 - by default refuses the attention fusion, naming WebGPU and the padding positions, and the
-  model gets as many Memcpy nodes as ``lower`` gives it;
+  model gets as many Memcpy nodes as ``lower`` gives it (24, 25: 16) or fewer (23: 4
+  against 16, onnxscript's optimizer and the normalization fusions);
 - with ``allow_padding_differences`` fuses it (<= 2 Memcpy, <= 12 CPU nodes) and the
   logits equal the export's at every position ``attention_mask`` keeps, for a right-padded
   and a left-padded second row (the padding goes to GroupQueryAttention as
@@ -67,7 +68,9 @@ def test_sliding_window_fusion_is_refused_by_default_and_fused_on_request(opset:
     LowerOpsetForEpPass("webgpu")(lowered)
     run_refused, _ = _run(refused, RIGHT)
     run_lowered, _ = _run(lowered, RIGHT)
-    assert run_refused.memcpy == run_lowered.memcpy, (run_refused.memcpy, run_lowered.memcpy)
+    # no fused attention: as many Memcpy as `lower` gives, or fewer (optimize also runs
+    # onnxscript's optimizer and the exact normalization fusions)
+    assert 2 < run_refused.memcpy <= run_lowered.memcpy, (run_refused.memcpy, run_lowered.memcpy)
 
     allowed, fused = _optimized(proto, allow=True)
     record = next(f for f in allowed.fusions if f.pattern == "group_query_attention")
@@ -76,9 +79,12 @@ def test_sliding_window_fusion_is_refused_by_default_and_fused_on_request(opset:
     assert "WebGpuExecutionProvider differs there by up to" in record.excluded
     gqa = [n for n in fused.graph if n.op_type == "GroupQueryAttention"]
     assert [n.attributes.get_int("local_window_size", -1) for n in gqa] == [4] * 4
+    # the reference: the opset-24 export of the same model (ORT runs torch's opset-23
+    # RotaryEmbedding at batch 1 only)
+    reference = proto if opset != 23 else llm_export("mistral_w4", 24)
     for sizes in (RIGHT, LEFT):
         run, feeds = _run(fused, sizes)
         assert run.memcpy <= 2 and len(run.cpu_nodes) <= 12, run.cpu_summary()
-        (expected,) = run_model(proto, feeds)
+        (expected,) = run_model(reference, feeds)
         real = feeds["attention_mask"].astype(bool)
         np.testing.assert_allclose(run.outputs[0][real], expected[real], rtol=1e-3, atol=1e-3)

@@ -53,6 +53,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import onnx_ir as ir
 
+from onnxscript_ep_passes.fusion.mask_pieces import concat_pieces, cumsum_val, slice_val
 from onnxscript_ep_passes.fusion.mask_terms import (
     COMPARE,
     ONE,
@@ -80,6 +81,7 @@ from onnxscript_ep_passes.fusion.mask_terms import (
     negate,
     rebind,
     refuse,
+    simplify,
 )
 
 
@@ -149,7 +151,8 @@ class _Interpreter:
                 dims.append(Lin.of(dim))
             else:
                 dims.append(role or Lin.of(**{f"?{dim}": 1}))
-        elem: Elem = PadInput() if name == "attention_mask" else Unknown(f"input {name}")
+        why = f"it depends on the values of input {name!r}, not only on sizes and padding"
+        elem: Elem = PadInput() if name == "attention_mask" else Unknown(why)
         return Val(tuple(dims), elem)
 
     def _arg(self, inputs: Sequence[ir.Value | None], index: int) -> Val:
@@ -165,6 +168,8 @@ class _Interpreter:
 
     def op_cast(self, node: ir.Node, inputs: list) -> Val:
         x = self._arg(inputs, 0)
+        if isinstance(x.elem, Unknown):
+            return x  # keeps the reason
         to = ir.DataType(node.attributes.get_int("to", 0))
         if to == ir.DataType.BOOL:
             if isinstance(x.elem, PadInput) and len(x.dims) == 2:
@@ -174,6 +179,8 @@ class _Interpreter:
             return Val(x.dims, Unknown("a Cast to bool of a non-boolean"))
         if to.is_integer() and isinstance(x.elem, (Lin, Vec)):
             return x
+        if to.is_integer() and (x.elem is None or x.elem == frozenset()):
+            return Val(x.dims, Lin.of(int(x.elem is not None)))  # a constant boolean
         return Val(x.dims, Unknown(f"a Cast to {to.name}"))
 
     def op_shape(self, node: ir.Node, inputs: list) -> Val:
@@ -227,7 +234,7 @@ class _Interpreter:
             return Val((Lin.of(len(items)),), Vec(items))
         rank = len(parts[0].dims)
         if axis % rank != rank - 1 or any(p.dims[-1] != ONE for p in parts):
-            raise refuse("Concat other than of shape vectors or of index coordinates")
+            return concat_pieces(parts, axis)
         dims = broadcast_dims([p.dims[:-1] for p in parts])
         if any(p.dims[:-1] != dims for p in parts):
             raise refuse("Concat of index coordinates of different shapes")
@@ -243,6 +250,27 @@ class _Interpreter:
         if shape.items == x.dims:
             return x
         raise refuse("Reshape other than a no-op or to a 1-element vector")
+
+    def op_slice(self, node: ir.Node, inputs: list) -> Val:
+        data = self._arg(inputs, 0)
+        starts, ends = (as_vec(self._arg(inputs, i)).items for i in (1, 2))
+        rank = len(data.dims)
+        axes = const_axes(node, 3) if len(inputs) > 3 and inputs[3] is not None else None
+        steps = const_axes(node, 4) if len(inputs) > 4 and inputs[4] is not None else None
+        if steps is not None and any(step != 1 for step in steps):
+            raise refuse("Slice with a step other than 1")
+        axes = list(range(len(starts))) if axes is None else axes
+        if len(axes) != len(starts) or len(ends) != len(starts) or not rank:
+            raise refuse("Slice with starts, ends and axes of different lengths")
+        return slice_val(data, starts, ends, axes, self.bounds)
+
+    def op_cum_sum(self, node: ir.Node, inputs: list) -> Val:
+        axis = as_vec(self._arg(inputs, 1)).items[0]
+        if not axis.is_const():
+            raise refuse("CumSum over an axis that is not a constant")
+        exclusive = bool(node.attributes.get_int("exclusive", 0))
+        reverse = bool(node.attributes.get_int("reverse", 0))
+        return cumsum_val(self._arg(inputs, 0), axis.const, exclusive, reverse)
 
     def op_gather(self, node: ir.Node, inputs: list) -> Val:
         data, index = self._arg(inputs, 0), self._arg(inputs, 1)
@@ -338,7 +366,7 @@ class _Interpreter:
         if not isinstance(a, Lin) or not isinstance(b, Lin):
             why = a.why if isinstance(a, Unknown) else b.why if isinstance(b, Unknown) else ""
             return Val(dims, Unknown(why or f"{node.op_type} of non-integer values"))
-        return Val(dims, frozenset(COMPARE[node.op_type](a, b)))
+        return Val(dims, simplify(frozenset(COMPARE[node.op_type](a, b))))
 
     op_less_or_equal = op_less = op_greater_or_equal = op_greater = op_equal = _compare
 
@@ -355,6 +383,8 @@ class _Interpreter:
         x = self._arg(inputs, 0)
         if x.elem is None or isinstance(x.elem, frozenset):
             return Val(x.dims, negate(x.elem))
+        if isinstance(x.elem, Unknown):
+            return x
         return Val(x.dims, Unknown("Not of a non-boolean value"))
 
     def op_where(self, node: ir.Node, inputs: list) -> Val:

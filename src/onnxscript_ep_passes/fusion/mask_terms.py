@@ -47,6 +47,7 @@ __all__ = [
     "negate",
     "rebind",
     "refuse",
+    "simplify",
 ]
 
 import dataclasses
@@ -211,8 +212,18 @@ def canonical(atom: Atom) -> Atom:
     return Lin(tuple((k, v // gcd) for k, v in atom.terms), atom.const // gcd)
 
 
+def simplify(pred: Pred) -> Pred:
+    """``pred`` without its constant atoms: one that fails makes it false everywhere."""
+    if pred is None:
+        return None
+    constant = [a for a in pred if isinstance(a, Lin) and a.is_const()]
+    if any(a.const < 0 for a in constant):
+        return None
+    return frozenset(pred - set(constant)) if constant else pred
+
+
 def conj(a: Pred, b: Pred) -> Pred:
-    return None if a is None or b is None else frozenset(a | b)
+    return None if a is None or b is None else simplify(frozenset(a | b))
 
 
 def negate(pred: Pred) -> Pred | Unknown:
