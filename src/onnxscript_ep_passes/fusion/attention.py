@@ -61,7 +61,8 @@ from onnxscript_ep_passes.fusion.attention_match import (
     match_attention,
 )
 from onnxscript_ep_passes.fusion.evaluate import Sizes, evaluate_values, generate_feeds
-from onnxscript_ep_passes.fusion.mask_proof import has_past_input, prove_causal_mask
+from onnxscript_ep_passes.fusion.mask_proof import prove_causal_mask
+from onnxscript_ep_passes.fusion.mask_terms import has_past_input
 
 logger = logging.getLogger(__name__)
 

@@ -61,13 +61,19 @@ def slice_val(
     data: Val,
     starts: Sequence[Lin],
     ends: Sequence[Lin],
-    axes: Sequence[int],
+    axes: Sequence[int] | None,
+    steps: Sequence[int] | None,
     bounds: Bounds,
 ) -> Val:
-    """``Slice(data, starts, ends, axes)`` with step 1 (module docstring)."""
+    """``Slice(data, starts, ends, axes, steps)`` with steps 1 (module docstring)."""
+    if steps is not None and any(step != 1 for step in steps):
+        raise refuse("Slice with a step other than 1")
+    axes = list(range(len(starts))) if axes is None else axes
+    rank = len(data.dims)
+    if len(axes) != len(starts) or len(ends) != len(starts) or not rank:
+        raise refuse("Slice with starts, ends and axes of different lengths")
     if isinstance(data.elem, PadInput):
         return Val(data.dims, Unknown("a slice of attention_mask"))
-    rank = len(data.dims)
     if isinstance(data.elem, Vec) and rank == 1:
         if len(starts) != 1 or not starts[0].is_const() or not ends[0].is_const():
             return Val(data.dims, Unknown("a slice of a shape vector at symbolic places"))

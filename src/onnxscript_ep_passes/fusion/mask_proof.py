@@ -45,8 +45,9 @@ Nothing here changes the model.
 
 from __future__ import annotations
 
-__all__ = ["has_past_input", "prove_causal_mask"]
+__all__ = ["prove_causal_mask"]
 
+import logging
 import re
 from collections.abc import Callable, Sequence
 
@@ -73,16 +74,22 @@ from onnxscript_ep_passes.fusion.mask_terms import (
     as_vec,
     broadcast_dims,
     canonical,
+    check_constant_mask,
     conj,
     const_axes,
     const_val,
+    describe_mismatch,
+    has_past_input,
     is_lowest,
     map_elem,
     negate,
     rebind,
     refuse,
+    show_atom,
     simplify,
 )
+
+logger = logging.getLogger(__name__)
 
 
 def _snake(op_type: str) -> str:
@@ -252,17 +259,11 @@ class _Interpreter:
         raise refuse("Reshape other than a no-op or to a 1-element vector")
 
     def op_slice(self, node: ir.Node, inputs: list) -> Val:
-        data = self._arg(inputs, 0)
         starts, ends = (as_vec(self._arg(inputs, i)).items for i in (1, 2))
-        rank = len(data.dims)
-        axes = const_axes(node, 3) if len(inputs) > 3 and inputs[3] is not None else None
-        steps = const_axes(node, 4) if len(inputs) > 4 and inputs[4] is not None else None
-        if steps is not None and any(step != 1 for step in steps):
-            raise refuse("Slice with a step other than 1")
-        axes = list(range(len(starts))) if axes is None else axes
-        if len(axes) != len(starts) or len(ends) != len(starts) or not rank:
-            raise refuse("Slice with starts, ends and axes of different lengths")
-        return slice_val(data, starts, ends, axes, self.bounds)
+        axes, steps = (
+            const_axes(node, i) if len(inputs) > i and inputs[i] else None for i in (3, 4)
+        )
+        return slice_val(self._arg(inputs, 0), starts, ends, axes, steps, self.bounds)
 
     def op_cum_sum(self, node: ir.Node, inputs: list) -> Val:
         axis = as_vec(self._arg(inputs, 1)).items[0]
@@ -438,42 +439,6 @@ class _Interpreter:
         return Val(dims, map_elem(data.elem, mapping))
 
 
-_NAMES = {"x0": "b", "x1": "h", "x2": "i", "x3": "j"}
-
-
-def _show(atom: Atom) -> str:
-    if isinstance(atom, PadAtom):
-        return f"attention_mask[{_show(atom.b)[:-5]}, {_show(atom.j)[:-5]}]"
-    text = str(Lin(tuple((_NAMES.get(k, k), v) for k, v in atom.terms), atom.const))
-    return f"{text} >= 0"
-
-
-def _check_constant(model: ir.Model, array: np.ndarray, has_past: bool) -> None:
-    """A constant mask (a static-shape export): the model runs at its static sizes only,
-    so checking every element is the proof."""
-    if has_past or any(v.name == "attention_mask" for v in model.graph.inputs):
-        raise refuse("a constant mask ignores the past or attention_mask")
-    allowed = array if array.dtype == np.bool_ else array == 0
-    if array.dtype != np.bool_ and not np.all((array == 0) | (array <= -1e30)):
-        raise refuse("a constant float mask with values other than 0 and -inf")
-    if array.ndim < 2:
-        raise refuse(f"a constant mask of rank {array.ndim}")
-    rows, cols = array.shape[-2:]
-    expected = np.arange(cols)[None, :] <= np.arange(rows)[:, None] + (cols - rows)
-    if not np.array_equal(
-        np.broadcast_to(allowed, array.shape), np.broadcast_to(expected, array.shape)
-    ):
-        raise refuse("a constant mask that is not causal")
-
-
-def has_past_input(model: ir.Model) -> bool:
-    """Whether the graph has a KV cache input (a 4-D input named ``past...``)."""
-    return any(
-        v.shape is not None and len(v.shape) == 4 and "past" in (v.name or "")
-        for v in model.graph.inputs
-    )
-
-
 def prove_causal_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> int | None:
     """Prove ``mask`` (an Attention's input 3) causal AND window AND padding (module docstring).
 
@@ -487,7 +452,7 @@ def prove_causal_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> in
     has_past = has_past_input(model)
     tensor = ir.convenience.get_const_tensor(mask)
     if tensor is not None:
-        _check_constant(model, tensor.numpy(), has_past)
+        check_constant_mask(model, tensor.numpy(), has_past)
         return None
     bounds = Bounds(has_past, max_length)
     val = _Interpreter(model.graph, bounds).value(mask)
@@ -522,7 +487,11 @@ def prove_causal_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> in
             raise refuse("the mask is the same for every batch row")
         expected.add(PadAtom(Lin.of(x0=int(dims[0] != ONE)), Lin.of(x3=1)))
     if left != expected:
-        extra = ", ".join(sorted(_show(a) for a in left - expected)) or "-"
-        missing = ", ".join(sorted(_show(a) for a in expected - left)) or "-"
-        raise refuse(f"conditions beyond causal/window/padding: {extra}; missing: {missing}")
+        logger.debug(
+            "mask %s: conditions beyond causal/window/padding: %s; missing: %s",
+            mask.name,
+            ", ".join(sorted(show_atom(a) for a in left - expected)) or "-",
+            ", ".join(sorted(show_atom(a) for a in expected - left)) or "-",
+        )
+        raise refuse(describe_mismatch(left - expected, expected - left, has_past))
     return window

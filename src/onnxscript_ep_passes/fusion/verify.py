@@ -60,7 +60,7 @@ from onnxscript_ep_passes.fusion.evaluate import (
     generate_feeds,
     run_session,
 )
-from onnxscript_ep_passes.fusion.mask_proof import has_past_input
+from onnxscript_ep_passes.fusion.mask_terms import has_past_input
 
 logger = logging.getLogger(__name__)
 
