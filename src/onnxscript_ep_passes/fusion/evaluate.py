@@ -3,7 +3,7 @@
 The fusions prove conditions numerically and check their results by running models:
 
 - :func:`evaluate_values` runs the part of a graph that computes some values (their
-  ancestors only) and returns them;
+  ancestors only, :func:`extract_model`) and returns them;
 - :func:`generate_feeds` makes inputs for a decoder-style model from a few sizes (batch,
   sequence, past length, padding). Inputs are recognised by role: ``attention_mask`` (2-D,
   ones over past + current tokens; with ``padding`` ``"left"`` or ``"right"`` the last
@@ -24,6 +24,7 @@ __all__ = [
     "Sizes",
     "cpu_session",
     "evaluate_values",
+    "extract_model",
     "generate_feeds",
     "padding_mask",
     "run_model",
@@ -203,13 +204,15 @@ def _ancestors(targets: Sequence[ir.Value]) -> tuple[set[ir.Node], set[ir.Value]
     return nodes, leaves
 
 
-def evaluate_values(
-    model: ir.Model, targets: Sequence[ir.Value], feeds: Mapping[str, np.ndarray]
-) -> list[np.ndarray]:
-    """Compute ``targets`` (values of the main graph) from ``feeds`` on ORT CPU."""
+def extract_model(
+    model: ir.Model, targets: Sequence[ir.Value], *, all_inputs: bool = False
+) -> onnx.ModelProto:
+    """The part of ``model``'s main graph that computes ``targets`` (its outputs): their
+    ancestor nodes, the graph inputs they read (every graph input with ``all_inputs``,
+    whose names and shapes give sizes their roles) and the constants they use."""
     graph = model.graph
     nodes, leaves = _ancestors(targets)
-    graph_inputs = [v for v in graph.inputs if v in leaves]
+    graph_inputs = [v for v in graph.inputs if all_inputs or v in leaves]
     initializers = []
     for leaf in leaves:
         if leaf in graph_inputs:
@@ -230,9 +233,15 @@ def evaluate_values(
         outputs,
         initializer=initializers,
     )
-    proto = onnx.helper.make_model(
+    return onnx.helper.make_model(
         proto_graph,
         opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in model.opset_imports.items()],
         ir_version=model.ir_version,
     )
-    return run_model(proto, feeds)
+
+
+def evaluate_values(
+    model: ir.Model, targets: Sequence[ir.Value], feeds: Mapping[str, np.ndarray]
+) -> list[np.ndarray]:
+    """Compute ``targets`` (values of the main graph) from ``feeds`` on ORT CPU."""
+    return run_model(extract_model(model, targets), feeds)
