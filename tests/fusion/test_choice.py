@@ -26,8 +26,10 @@ pytestmark = WEBGPU_EXPORT_MARKS
 def test_measure_chooses_between_fused_and_unfused_on_webgpu(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    source = tmp_path / "llama.onnx"
-    onnx.save(llm_export("llama", 24), source)
+    # a binding window: WebGPU's GroupQueryAttention is exact there (without one it is
+    # wrong from 32 tokens on lavapipe and the verification drops it)
+    source = tmp_path / "mistral.onnx"
+    onnx.save(llm_export("mistral_w4", 24), source)
     out, report = tmp_path / "out.onnx", tmp_path / "report.json"
     argv = ["optimize", str(source), "-o", str(out), "--ep", "webgpu", "--measure"]
     argv += ["--dims", "batch=1,sequence_length=8", "--max-length", "64"]

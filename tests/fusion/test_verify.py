@@ -109,7 +109,7 @@ def test_padding_masks_pad_the_last_row_on_the_side_asked() -> None:
 def test_sizes_cover_padding_windows_and_the_cache() -> None:
     plain = verification_sizes(_decoder_like(), [], 4096)
     assert {s.padding for s in plain if s.batch == 2} == {"left", "right"}
-    assert {s.seq for s in plain} == {3, 8, 13} and all(s.past == 0 for s in plain)
+    assert {s.seq for s in plain} == {3, 8, 13, 40} and all(s.past == 0 for s in plain)
     windowed = verification_sizes(_decoder_like(past=True), [4], 4096)
     assert {3, 5, 9} <= {s.seq for s in windowed if s.past == 0}
     assert any(s.past > 4 and s.seq == 1 and s.batch == 2 for s in windowed)  # decode past W
