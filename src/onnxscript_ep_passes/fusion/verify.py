@@ -331,10 +331,12 @@ def decide(
     (kept with padding differences) which positions were excluded and by how much."""
     for check in verification.checks:
         if not check.ok:
+            no_padding = check.padded_max_abs_diff is None
+            where = "every position" if no_padding else "positions attention_mask keeps"
             return (
                 False,
-                f"outputs differ on {check.ep} by up to {check.max_abs_diff:.3g} at positions "
-                f"attention_mask keeps (tolerance {tolerance:g}; {check.worst})",
+                f"outputs differ on {check.ep} by up to {check.max_abs_diff:.3g} at {where} "
+                f"(tolerance {tolerance:g}; {check.worst})",
                 None,
             )
     differing = [c for c in verification.checks if not c.padded_ok]
