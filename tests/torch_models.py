@@ -194,7 +194,10 @@ def _llm(kind: str) -> Any:
     if kind == "phi3":
         config = transformers.Phi3Config(pad_token_id=0, eos_token_id=1, **common)
         return transformers.Phi3ForCausalLM(config)
-    raise ValueError(f"unknown LLM {kind!r}; one of {LLMS}, gemma3_wide or gemma3_w4")
+    if kind == "mistral_w4":
+        config = transformers.MistralConfig(head_dim=16, sliding_window=4, **common)
+        return transformers.MistralForCausalLM(config)
+    raise ValueError(f"unknown LLM {kind!r}; one of {LLMS}, gemma3_wide, gemma3_w4 or mistral_w4")
 
 
 def _llm_module(kind: str, kv_cache: bool) -> Any:

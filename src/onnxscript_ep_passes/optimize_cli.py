@@ -61,6 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dims", metavar="NAME=SIZE,...", type=dims_value, help=dims_help)
     report_help = "write what was fused (JSON) to this file"
     parser.add_argument("--report-json", metavar="FILE", type=path_value, help=report_help)
+    padding_help = (
+        "keep a fusion that equals the unfused model at every position attention_mask keeps "
+        "even where it differs at padding positions (default: every position must agree)"
+    )
+    parser.add_argument("--allow-padding-differences", action="store_true", help=padding_help)
     lowest_help = "weigh no opset below N (default 18): a faster search (see lower --help)"
     parser.add_argument("--lowest-opset", metavar="N", type=opset_value, help=lowest_help)
 
@@ -88,6 +93,7 @@ def run(args: argparse.Namespace) -> list[str]:
         dims=parse_dims(args.dims),
         measure=args.measure,
         lowest_opset=args.lowest_opset,
+        allow_padding_differences=args.allow_padding_differences,
     )
     pipeline(model)
     save_model(model, args.output)

@@ -138,6 +138,10 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         measure: Choose between the fused and the unfused model by running both
             (module docstring).
         measure_rounds: Interleaved timed runs per candidate when measuring.
+        allow_padding_differences: Keep a fusion that agrees with the unfused model at
+            every position ``attention_mask`` keeps, whatever it computes at padding
+            positions (default: every position must agree; see
+            :class:`~onnxscript_ep_passes.fusion.FuseForEpPass`).
     """
 
     def __init__(
@@ -154,7 +158,9 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         measure: bool = False,
         measure_rounds: int = 20,
         lowest_opset: int | None = None,
+        allow_padding_differences: bool = False,
     ) -> None:
+        self.allow_padding_differences = allow_padding_differences
         self.lowest_opset = lowest_opset_of(lowest_opset, target_opset)
         self.dims = dims  # a DimSizes, a mapping, a --dims string or None (the lowering's)
         self.measure = measure
@@ -223,6 +229,7 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
             "fusions": [r.to_dict() for r in self.fusions],
             "predicted_before": side(self.before),
             "predicted_after": side(self.after),
+            "allow_padding_differences": self.allow_padding_differences,
             "measured": self.measure,
             "chosen": self.chosen,
             "candidates": [c.to_dict() for c in self.candidates],
@@ -268,7 +275,11 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
     ) -> None:
         if fuse:
             fusing = FuseForEpPass(
-                self.ep, table=table, max_length=self.max_length, fusions=fusions
+                self.ep,
+                table=table,
+                max_length=self.max_length,
+                fusions=fusions,
+                allow_padding_differences=self.allow_padding_differences,
             )
             fusing(model)
             self.fusions.extend(fusing.records)
@@ -320,13 +331,15 @@ def optimize_for_ep(
     dims: DimsSpec = None,
     measure: bool = False,
     lowest_opset: int | None = None,
+    allow_padding_differences: bool = False,
 ) -> ir.Model:
     """Optimize ``model`` for ``ep`` in place (see module docstring) and return it.
 
     ``dims`` and ``measure`` are :class:`OptimizeForEpPass`'s (the cost objective's
     dimension sizes; choosing between the fused and the unfused model, and the lowering's
     opset candidates, by measuring them in real sessions); ``lowest_opset`` bounds the
-    lowering's search.
+    lowering's search; ``allow_padding_differences`` accepts fusions that agree at every
+    position ``attention_mask`` keeps (default: at every position).
     """
     OptimizeForEpPass(
         ep,
@@ -339,5 +352,6 @@ def optimize_for_ep(
         dims=dims,
         measure=measure,
         lowest_opset=lowest_opset,
+        allow_padding_differences=allow_padding_differences,
     )(model)
     return model

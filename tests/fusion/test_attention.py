@@ -114,7 +114,7 @@ def _attention_model(mask_input: bool, is_causal: int) -> onnx.ModelProto:
     ("mask_input", "is_causal", "reason"),
     [
         (False, 0, "not causal"),
-        (True, 0, "mask not proven causal: input m"),
+        (True, 0, "mask not proven causal: it depends on the values of input 'm'"),
         (True, 1, "both a mask and is_causal"),
     ],
 )

@@ -53,15 +53,20 @@ def test_gemma3s_sliding_window_is_proven_with_its_size() -> None:
     assert prove_causal_mask(model, mask, max_length=64) is None  # cannot bind: causal
 
 
-def _model(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto]) -> ir.Model:
-    """q/k/v [1, 4, s, 16] and attention_mask [1, s]; ``nodes`` compute ``mask``."""
+def _model(
+    nodes: list[onnx.NodeProto],
+    inits: list[onnx.TensorProto],
+    extra: tuple[onnx.ValueInfoProto, ...] = (),
+) -> ir.Model:
+    """q/k/v [1, 4, s, 16] and attention_mask [1, s] (and ``extra`` inputs); ``nodes``
+    compute ``mask``."""
     qkv = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4, "s", 16]) for n in "qkv"]
     am = helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [1, "s"])
     attention = helper.make_node("Attention", ["q", "k", "v", "mask"], ["y"])
     graph = helper.make_graph(
         [*nodes, attention],
         "g",
-        [*qkv, am],
+        [*qkv, am, *extra],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         initializer=inits,
     )
@@ -106,10 +111,11 @@ def test_the_causal_form_torch_emits_is_proven_and_an_anti_causal_one_refused() 
     model = _model(*_positions("LessOrEqual"))
     prove_causal_mask(model, model.graph.node(-1).inputs[3], max_length=4096)  # type: ignore[arg-type]
     model = _model(*_positions("GreaterOrEqual"))  # j >= i: the future, not the past
-    with pytest.raises(RefusedError, match=r"conditions beyond causal/window/padding"):
+    anti = r"not causal attention .*: a query also sees later keys"
+    with pytest.raises(RefusedError, match=anti):
         prove_causal_mask(model, model.graph.node(-1).inputs[3], max_length=4096)  # type: ignore[arg-type]
     model = _model(*_positions("Less"))  # j < i: not even the token itself
-    with pytest.raises(RefusedError, match="conditions beyond causal/window/padding"):
+    with pytest.raises(RefusedError, match=r"it also requires -?i? ?.*j.* >= 0 \(i: query"):
         prove_causal_mask(model, model.graph.node(-1).inputs[3], max_length=4096)  # type: ignore[arg-type]
 
 
@@ -195,3 +201,68 @@ def test_a_constant_mask_of_a_static_export_is_checked_element_by_element(
     )
     model = ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)]))
     _proven_or_refused(model, model.graph.node(0), proven, "a constant mask that is not causal")
+
+
+def _packed(source: str) -> tuple[list, list, tuple]:
+    """transformers 5.24's packed-sequence detection, ANDed with the causal mask: sequence
+    ids ``CumSum(diff(positions, prepend=positions[:, :1] - 1) != 1)``, keys allowed only
+    in the query's sequence. ``source``: the positions are ``Range`` (``"range"``), a
+    running sum of ones minus one (``"cumsum"``) or a ``position_ids`` input (``"input"``:
+    packed sequences, a different mask)."""
+    nodes, inits = _positions("LessOrEqual")
+    nodes[-1] = helper.make_node("And", ["causal", "pad"], ["causal_pad"])
+    extra: tuple = ()
+    if source == "cumsum":
+        nodes += [
+            helper.make_node("ConstantOfShape", ["len1"], ["ones"], value=_i64("v", [1])),
+            helper.make_node("CumSum", ["ones", "zero"], ["count"]),
+            helper.make_node("Sub", ["count", "one"], ["pos_c"]),
+            helper.make_node("Unsqueeze", ["pos_c", "axes0"], ["pos2"]),
+        ]
+    elif source == "input":
+        extra = (helper.make_tensor_value_info("position_ids", TensorProto.INT64, [1, "s"]),)
+        nodes.append(helper.make_node("Identity", ["position_ids"], ["pos2"]))
+    else:
+        nodes.append(helper.make_node("Unsqueeze", ["pos", "axes0"], ["pos2"]))
+    nodes += [
+        helper.make_node("Slice", ["pos2", "zero1", "one1", "one1"], ["first"]),
+        helper.make_node("Sub", ["first", "one"], ["dummy"]),
+        helper.make_node("Concat", ["dummy", "pos2"], ["cat"], axis=-1),
+        helper.make_node("Slice", ["cat", "one1", "end1", "one1"], ["later"]),
+        helper.make_node("Slice", ["cat", "zero1", "minus1", "one1"], ["earlier"]),
+        helper.make_node("Sub", ["later", "earlier"], ["diff"]),
+        helper.make_node("Equal", ["diff", "one"], ["step"]),
+        helper.make_node("Not", ["step"], ["jump"]),
+        helper.make_node("Cast", ["jump"], ["jumps"], to=TensorProto.INT64),
+        helper.make_node("CumSum", ["jumps", "minus1"], ["sequence"]),
+        helper.make_node("Unsqueeze", ["sequence", "axes13"], ["q_seq"]),  # [1, 1, S, 1]
+        helper.make_node("Unsqueeze", ["sequence", "axes_pad"], ["kv_seq"]),  # [1, 1, 1, T]
+        helper.make_node("Equal", ["q_seq", "kv_seq"], ["same"]),
+        helper.make_node("And", ["causal_pad", "same"], ["mask"]),
+    ]
+    inits += [
+        _i64("axes0", [0]),
+        _i64("axes13", [1, 3]),
+        _i64("zero1", [0]),
+        _i64("one1", [1]),
+        _i64("minus1", [-1]),
+        _i64("end1", [2**63 - 1]),
+    ]
+    return nodes, inits, extra
+
+
+@pytest.mark.parametrize("source", ["range", "cumsum"])
+def test_packed_sequence_detection_is_proven_by_what_it_computes(source: str) -> None:
+    # Slice/Concat/CumSum are read by what they compute: positions 0..T-1 have no jump,
+    # so every token is in sequence 0 and the extra condition always holds.
+    model = _model(*_packed(source))
+    attention = model.graph.node(-1)
+    _proven_or_refused(model, attention, True, "")
+    numeric = model.graph.node(-1).inputs[3]
+    assert numeric is not None and prove_causal_mask(model, numeric, max_length=64) is None
+
+
+def test_packed_sequences_given_as_position_ids_are_refused() -> None:
+    model = _model(*_packed("input"))
+    reason = "it depends on the values of input 'position_ids', not only on sizes and padding"
+    _proven_or_refused(model, model.graph.node(-1), False, reason)

@@ -4,11 +4,14 @@
   rotary, repeat_kv and KV cache) -> ``GroupQueryAttention`` (the graph walk in
   :mod:`~onnxscript_ep_passes.fusion.attention_match`; its mask proven causal by
   :mod:`~onnxscript_ep_passes.fusion.mask_proof` over
-  :mod:`~onnxscript_ep_passes.fusion.mask_terms`);
+  :mod:`~onnxscript_ep_passes.fusion.mask_terms` and
+  :mod:`~onnxscript_ep_passes.fusion.mask_pieces`);
 - :mod:`~onnxscript_ep_passes.fusion.normalization` -- RMS normalizations ->
   ``SimplifiedLayerNormalization`` / ``SkipSimplifiedLayerNormalization``;
 - :mod:`~onnxscript_ep_passes.fusion.evaluate` -- running parts of a model on generated
   inputs (the numeric checks);
+- :mod:`~onnxscript_ep_passes.fusion.verify` -- running a fused candidate on the CPU EP
+  and the target EP on padded, windowed and cached inputs, position by position;
 - :mod:`~onnxscript_ep_passes.fusion.fuse_for_ep` -- :class:`FuseForEpPass`: each fusion
   gated by the EP's kernel table and verified by running the model;
 - :mod:`~onnxscript_ep_passes.fusion.choice` -- choosing between the fused and the

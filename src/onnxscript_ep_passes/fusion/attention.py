@@ -25,9 +25,15 @@ Conditions (proved from the graph, or refused):
   of a constant ``W`` tokens becomes ``local_window_size = W``: ORT's GroupQueryAttention
   lets query ``i`` see keys ``past + i - W < j <= past + i`` with it (measured on ORT 1.32
   CPU and the WebGPU plugin EP, prefill and decode with past beyond the window).
-  GroupQueryAttention then derives ``seqlens_k = sum(attention_mask) - 1``, which
-  equals that mask for masks of ones and for right padding on the valid tokens (left
-  padding or holes: not equal, as in GenAI).
+  GroupQueryAttention then gets ``seqlens_k = total - 1`` for every row and
+  ``total_sequence_length = attention_mask.shape[1]`` (the whole past + current window,
+  so it never treats a token as padding itself), and the padding as its
+  ``attention_bias`` input: ``[B, 1, S, total]``, 0 where ``attention_mask[b, j]`` is set,
+  the lowest float elsewhere (shared by all layers). That is the proven mask at every
+  query that sees at least one key -- left padding, right padding or holes (measured on
+  ORT 1.32 CPU and the WebGPU plugin EP, with and without a window and a past). A query
+  that sees no key (the first tokens of a left-padded row) is a padding position, where
+  the kernels differ (:mod:`~onnxscript_ep_passes.fusion.verify`).
 - **rotary**: matched structurally (non-interleaved ``rotate_half`` at opsets 24+, or
   ai.onnx ``RotaryEmbedding-23`` without position_ids; full head size), the same cos/sin
   for q and k, and cos/sin evaluated as functions of position only: at ``max_length``
@@ -43,6 +49,7 @@ __all__ = ["AttentionFusionResult", "fuse_attention_to_gqa"]
 
 import dataclasses
 import logging
+from collections.abc import Callable
 
 import numpy as np
 import onnx_ir as ir
@@ -55,6 +62,7 @@ from onnxscript_ep_passes.fusion.attention_match import (
 )
 from onnxscript_ep_passes.fusion.evaluate import Sizes, evaluate_values, generate_feeds
 from onnxscript_ep_passes.fusion.mask_proof import prove_causal_mask
+from onnxscript_ep_passes.fusion.mask_terms import has_past_input
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +138,7 @@ class _Builder:
         self.graph = model.graph
         self.max_length = max_length
         self.caches: dict[tuple[ir.Value, ir.Value], tuple[ir.Value, ir.Value]] = {}
-        self.lengths: tuple[ir.Value, ir.Value] | None = None
+        self.lengths: tuple[ir.Value, ir.Value, ir.Value | None] | None = None
         self.names = 0
 
     def const(self, name: str, array: np.ndarray) -> ir.Value:
@@ -144,7 +152,11 @@ class _Builder:
     def _insert(self, anchor: ir.Node, nodes: list[ir.Node]) -> None:
         self.graph.insert_before(anchor, nodes)
 
-    def seq_lengths(self, anchor: ir.Node, match: AttentionMatch) -> tuple[ir.Value, ir.Value]:
+    def seq_lengths(
+        self, anchor: ir.Node, match: AttentionMatch
+    ) -> tuple[ir.Value, ir.Value, ir.Value | None]:
+        """``seqlens_k`` (every row: total - 1), ``total_sequence_length`` and, with an
+        ``attention_mask`` input, the padding as ``attention_bias`` (shared by all layers)."""
         if self.lengths is not None:
             return self.lengths
         mask = next((v for v in self.graph.inputs if v.name == "attention_mask"), None)
@@ -155,26 +167,53 @@ class _Builder:
             nodes.append(node)
             return node.outputs[0]
 
-        one = self.const("one_i64", np.array(1, np.int64))
+        batch = add("Shape", [match.q], start=0, end=1)
         if mask is not None:
             total64 = add("Shape", [mask], start=1, end=2)
-            mask64 = add("Cast", [mask], to=ir.DataType.INT64)
-            axis = self.const("axis1", np.array([1], np.int64))
-            summed = add("ReduceSum", [mask64, axis], keepdims=0)
-            seqlens = add("Cast", [add("Sub", [summed, one])], to=ir.DataType.INT32)
         else:
             total64 = add("Shape", [match.q], start=2, end=3)
-            batch = add("Shape", [match.q], start=0, end=1)
-            seqlens = add(
-                "Cast", [add("Expand", [add("Sub", [total64, one]), batch])], to=ir.DataType.INT32
-            )
+        one = self.const("one_i64", np.array(1, np.int64))
+        # int64 arithmetic: it stays on the CPU, where GroupQueryAttention reads its lengths
+        seqlens = add(
+            "Cast", [add("Expand", [add("Sub", [total64, one]), batch])], to=ir.DataType.INT32
+        )
         total = add("Cast", [add("Squeeze", [total64])], to=ir.DataType.INT32)
         for node in nodes:  # types for the lowering's checks (no shape inference for GQA)
             cast_to = node.attributes.get_int("to", ir.DataType.INT64)
             node.outputs[0].dtype = ir.DataType(cast_to)
+        bias = None if mask is None else self._padding_bias(mask, match, (batch, total64), add)
         self._insert(anchor, nodes)
-        self.lengths = (seqlens, total)
+        self.lengths = (seqlens, total, bias)
         return self.lengths
+
+    def _padding_bias(
+        self,
+        mask: ir.Value,
+        match: AttentionMatch,
+        sizes: tuple[ir.Value, ir.Value],
+        add: Callable[..., ir.Value],
+    ) -> ir.Value:
+        """``attention_bias[b, 0, i, j]``: 0 where ``attention_mask[b, j]`` is set, the
+        lowest float elsewhere (any padding: left, right or holes)."""
+        dtype = match.q.dtype or ir.DataType.FLOAT
+        lowest = np.array(np.finfo(dtype.numpy()).min, dtype.numpy())
+        batch, total = sizes
+        kept = add("Cast", [mask], to=ir.DataType.BOOL)
+        zero = self.const("bias_zero", np.array(0, dtype.numpy()))
+        low = self.const("bias_lowest", lowest)
+        row = add("Where", [kept, zero, low])
+        axes = self.const("axes12", np.array([1, 2], np.int64))
+        bias4 = add("Unsqueeze", [row, axes])
+        # Without a past the mask covers exactly the current tokens (the proof's sizes).
+        past = has_past_input(self.model)
+        seq = add("Shape", [match.q], start=2, end=3) if past else total
+        one = self.const("one_1d", np.array([1], np.int64))
+        shape = add("Concat", [batch, one, seq, total], axis=0)
+        bias = add("Expand", [bias4, shape])
+        kept.dtype = ir.DataType.BOOL
+        seq.dtype = shape.dtype = ir.DataType.INT64
+        row.dtype = bias4.dtype = bias.dtype = dtype
+        return bias
 
     def rotary(self, model: ir.Model, match: AttentionMatch) -> tuple[ir.Value, ir.Value]:
         assert match.rotary is not None
@@ -185,7 +224,7 @@ class _Builder:
 
     def rewrite(self, match: AttentionMatch, window: int | None) -> None:
         anchor = match.node
-        seqlens, total = self.seq_lengths(anchor, match)
+        seqlens, total, bias = self.seq_lengths(anchor, match)
         nodes: list[ir.Node] = []
 
         def add(
@@ -224,6 +263,8 @@ class _Builder:
         if match.rotary is not None:
             inputs.extend(self.rotary(self.model, match))
             attrs.update(do_rotary=1, rotary_interleaved=0)
+        if bias is not None:  # inputs 7-9 (cos, sin, position_ids) may be absent
+            inputs.extend([None] * (10 - len(inputs)) + [bias])
         gqa = add("GroupQueryAttention", inputs, domain=MS_DOMAIN, outputs=3, **attrs)
         gqa.name = f"{anchor.name or 'Attention'}/GroupQueryAttention"
         shape = self.const("bshd", np.array([0, 0, match.heads, match.head_size], np.int64))

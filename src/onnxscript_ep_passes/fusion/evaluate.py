@@ -3,10 +3,12 @@
 The fusions prove conditions numerically and check their results by running models:
 
 - :func:`evaluate_values` runs the part of a graph that computes some values (their
-  ancestors only) and returns them;
+  ancestors only, :func:`extract_model`) and returns them;
 - :func:`generate_feeds` makes inputs for a decoder-style model from a few sizes (batch,
-  sequence, past length). Inputs are recognised by role: ``attention_mask`` (2-D, ones over
-  past + current tokens), token ids (2-D integers: random ids below the embedding size of
+  sequence, past length, padding). Inputs are recognised by role: ``attention_mask`` (2-D,
+  ones over past + current tokens; with ``padding`` ``"left"`` or ``"right"`` the last
+  batch row has its first or last ``max(1, total // 3)`` tokens zero, at least one kept:
+  :func:`padding_mask`), token ids (2-D integers: random ids below the embedding size of
   the ``Gather`` that reads them), past key/values (4-D floats: ``past`` tokens), anything
   else (random floats, zero integers, ``True`` booleans; symbolic dims that no role names
   get the sequence length).
@@ -17,10 +19,21 @@ with subgraphs, unknown input roles the generator cannot size) raises ``ValueErr
 
 from __future__ import annotations
 
-__all__ = ["Sizes", "evaluate_values", "generate_feeds", "run_model"]
+__all__ = [
+    "PADDINGS",
+    "Sizes",
+    "cpu_session",
+    "evaluate_values",
+    "extract_model",
+    "generate_feeds",
+    "padding_mask",
+    "run_model",
+    "run_session",
+]
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -28,18 +41,47 @@ import onnx_ir as ir
 
 from onnxscript_ep_passes.ep.profiles import CPU
 
+PADDINGS = ("none", "left", "right")
+"""How :func:`generate_feeds` pads the last batch row of ``attention_mask``."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Sizes:
-    """Sizes for generated inputs: batch, current tokens, past tokens (KV cache)."""
+    """Sizes for generated inputs: batch, current tokens, past tokens (KV cache), and how
+    the last batch row is padded (one of :data:`PADDINGS`)."""
 
     batch: int = 1
     seq: int = 8
     past: int = 0
+    padding: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.padding not in PADDINGS:
+            raise ValueError(f"padding {self.padding!r} is not one of {PADDINGS}")
 
     @property
     def total(self) -> int:
         return self.past + self.seq
+
+    def describe(self) -> str:
+        """``batch 2, 8 tokens after 3 past, last row left-padded``."""
+        text = f"batch {self.batch}, {self.seq} token{'s' if self.seq != 1 else ''}"
+        if self.past:
+            text += f" after {self.past} past"
+        if self.padding != "none":
+            text += f", last row {self.padding}-padded"
+        return text
+
+
+def padding_mask(sizes: Sizes, dtype: np.dtype | type = np.int64) -> np.ndarray:
+    """The ``attention_mask`` ``[batch, total]`` of ``sizes`` (module docstring)."""
+    mask = np.ones((sizes.batch, sizes.total), dtype)
+    pad = min(max(1, sizes.total // 3), sizes.total - 1)
+    if sizes.padding == "left" and pad:
+        mask[-1, :pad] = 0
+    elif sizes.padding == "right" and pad:
+        mask[-1, sizes.total - pad :] = 0
+    return mask
 
 
 def _is_mask(value: ir.Value) -> bool:
@@ -105,6 +147,8 @@ def generate_feeds(
         dtype = _dtype(value)
         if _is_mask(value):
             array = np.ones(dims, dtype)
+            if tuple(dims) == (sizes.batch, sizes.total):
+                array = padding_mask(sizes, dtype)
         elif np.issubdtype(dtype, np.integer):
             array = rng.integers(0, _token_range(value), dims).astype(dtype)
         elif dtype == np.bool_:
@@ -115,18 +159,27 @@ def generate_feeds(
     return feeds
 
 
-def run_model(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    """All outputs of ``proto`` on ORT's CPU EP, graph optimizations off."""
+def cpu_session(proto: onnx.ModelProto) -> Any:
+    """An ORT session of ``proto`` on the CPU EP, graph optimizations off."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
-    session = ort.InferenceSession(proto.SerializeToString(), options, providers=[CPU.ort_name])
+    return ort.InferenceSession(proto.SerializeToString(), options, providers=[CPU.ort_name])
+
+
+def run_session(session: Any, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """All outputs of ``session`` for ``feeds`` (feeds it has no input for are ignored)."""
     wanted = {i.name for i in session.get_inputs()}
     return [
         np.asarray(o) for o in session.run(None, {k: v for k, v in feeds.items() if k in wanted})
     ]
+
+
+def run_model(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """All outputs of ``proto`` on ORT's CPU EP, graph optimizations off."""
+    return run_session(cpu_session(proto), feeds)
 
 
 def _ancestors(targets: Sequence[ir.Value]) -> tuple[set[ir.Node], set[ir.Value]]:
@@ -151,13 +204,15 @@ def _ancestors(targets: Sequence[ir.Value]) -> tuple[set[ir.Node], set[ir.Value]
     return nodes, leaves
 
 
-def evaluate_values(
-    model: ir.Model, targets: Sequence[ir.Value], feeds: Mapping[str, np.ndarray]
-) -> list[np.ndarray]:
-    """Compute ``targets`` (values of the main graph) from ``feeds`` on ORT CPU."""
+def extract_model(
+    model: ir.Model, targets: Sequence[ir.Value], *, all_inputs: bool = False
+) -> onnx.ModelProto:
+    """The part of ``model``'s main graph that computes ``targets`` (its outputs): their
+    ancestor nodes, the graph inputs they read (every graph input with ``all_inputs``,
+    whose names and shapes give sizes their roles) and the constants they use."""
     graph = model.graph
     nodes, leaves = _ancestors(targets)
-    graph_inputs = [v for v in graph.inputs if v in leaves]
+    graph_inputs = [v for v in graph.inputs if all_inputs or v in leaves]
     initializers = []
     for leaf in leaves:
         if leaf in graph_inputs:
@@ -178,9 +233,15 @@ def evaluate_values(
         outputs,
         initializer=initializers,
     )
-    proto = onnx.helper.make_model(
+    return onnx.helper.make_model(
         proto_graph,
         opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in model.opset_imports.items()],
         ir_version=model.ir_version,
     )
-    return run_model(proto, feeds)
+
+
+def evaluate_values(
+    model: ir.Model, targets: Sequence[ir.Value], feeds: Mapping[str, np.ndarray]
+) -> list[np.ndarray]:
+    """Compute ``targets`` (values of the main graph) from ``feeds`` on ORT CPU."""
+    return run_model(extract_model(model, targets), feeds)

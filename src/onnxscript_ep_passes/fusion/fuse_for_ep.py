@@ -6,16 +6,22 @@ only when
 1. the EP's kernel table has a kernel for the fused op (domain, op, version 1, the model's
    float type) -- so an EP without ``com.microsoft::GroupQueryAttention`` keeps the exact
    ONNX form; and
-2. the fused model computes the same function: on generated inputs
-   (:func:`~onnxscript_ep_passes.fusion.evaluate.generate_feeds`, sizes
-   :data:`VERIFY_SIZES`; past > 0 only for models with a KV cache) every output of the
-   fused model is within the fusion's tolerance of the model before it (ORT CPU,
-   ``|fused - unfused| <= tol + tol * |unfused|``). A fusion that fails, or that cannot be
-   run, is dropped and the model is left as it was before it.
+2. the fused model computes the same function where it will run
+   (:mod:`~onnxscript_ep_passes.fusion.verify`): on generated inputs that exercise what a
+   fused kernel is sensitive to (batch 1 and 2, left and right padding, several sequence
+   lengths, around each sliding window, a past where there is a KV cache) every output
+   of the fused model, on ORT's CPU EP and -- when it loads here -- on the target EP, is
+   within the fusion's tolerance of the model before the pass on the CPU EP
+   (``|fused - unfused| <= tol + tol * |unfused|``) at **every position**. With
+   ``allow_padding_differences`` the positions ``attention_mask`` drops are not compared
+   (fused kernels leave them unspecified); the record says which were excluded and by how
+   much they differ. A fusion that fails, or that cannot be run, is dropped and the model
+   is left as it was before it.
 
 Each fusion gets a :class:`FusionRecord` in :attr:`FuseForEpPass.records`: how many nodes
-it created, the op and kernel, the verified maximum absolute difference, whether it was
-kept and why not. Tolerances (fp32 models) are documented in docs/ep.md.
+it created, the op and kernel, the verified maximum absolute difference, each EP's check,
+whether it was kept and why not (in user terms: which EP, how much, on which inputs, and
+what would accept it). Tolerances (fp32 models) are documented in docs/ep.md.
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ __all__ = [
     "ATTENTION_FUSIONS",
     "FUSIONS",
     "NORM_FUSIONS",
-    "VERIFY_SIZES",
     "FuseForEpPass",
     "FusionRecord",
     "FusionSpec",
@@ -36,22 +41,19 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
 from onnxscript_ep_passes._copies import adopt
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
-from onnxscript_ep_passes.ep.profiles import canonical_ep_name
+from onnxscript_ep_passes.ep.profiles import canonical_ep_name, resolve_ep
 from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.fusion.attention import fuse_attention_to_gqa
-from onnxscript_ep_passes.fusion.evaluate import Sizes, generate_feeds, run_model
+from onnxscript_ep_passes.fusion.evaluate import Sizes
 from onnxscript_ep_passes.fusion.normalization import fuse_rms, fuse_skip_rms, rms_to_simplified
+from onnxscript_ep_passes.fusion.verify import Runs, decide, ep_loadable, verify_fusion
 
 logger = logging.getLogger(__name__)
-
-VERIFY_SIZES = (Sizes(1, 8, 0), Sizes(1, 5, 3))
-"""Input sizes (batch, sequence, past) the fused and unfused models are compared at."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,16 +123,31 @@ class FusionRecord:
     kept: bool
     reason: str | None = None
     refused: dict[str, str] = dataclasses.field(default_factory=dict)
+    checks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """One :class:`~onnxscript_ep_passes.fusion.verify.EpCheck` per EP the fusion ran on."""
+    excluded: str | None = None
+    """Kept with ``allow_padding_differences``: the positions not compared, and how much
+    they differ on each EP."""
+    not_checked: str | None = None
+    """Why the fusion was not run on the target EP (it does not load here)."""
+    skipped: list[str] = dataclasses.field(default_factory=list)
+    """Inputs not verified: the model before the fusion does not run there on ORT."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def summary(self) -> str:
-        """One line: ``pattern: N x op, max diff D (kept)`` or why it was not kept."""
+        """One line: ``pattern: N x op, max diff D on EPs (kernel)`` or why it was not kept."""
         head = f"{self.pattern}: {self.count} x {self.op}"
-        if self.kept:
-            return f"{head}, max difference {self.max_abs_diff:.3g} (kernel {self.kernel})"
-        return f"{head}, not applied: {self.reason}"
+        if not self.kept:
+            return f"{head}, not applied: {self.reason}"
+        eps = " and ".join(c["ep"] for c in self.checks) or "no EP"
+        text = f"{head}, max difference {self.max_abs_diff:.3g} on {eps} (kernel {self.kernel})"
+        if self.excluded:
+            text += f"; {self.excluded}"
+        if self.not_checked:
+            text += f"; not run on the target EP: {self.not_checked}"
+        return text
 
 
 def _float_type(model: ir.Model) -> str:
@@ -138,28 +155,6 @@ def _float_type(model: ir.Model) -> str:
         if value.dtype is not None and value.dtype.is_floating_point():
             return f"tensor({value.dtype.name.lower()})"
     return "tensor(float)"
-
-
-def _has_past(model: ir.Model) -> bool:
-    return any("past" in (v.name or "") for v in model.graph.inputs)
-
-
-def _max_diff(
-    expected: list[list[np.ndarray]], actual: list[list[np.ndarray]], tol: float
-) -> tuple[float, bool]:
-    worst, ok = 0.0, True
-    for exp_run, act_run in zip(expected, actual):
-        for e, a in zip(exp_run, act_run):
-            if e.shape != a.shape:
-                return float("inf"), False
-            if not np.issubdtype(e.dtype, np.floating):
-                ok = ok and bool(np.array_equal(e, a))
-                continue
-            diff = np.abs(a.astype(np.float64) - e.astype(np.float64))
-            if diff.size:
-                worst = max(worst, float(np.nanmax(diff)))
-            ok = ok and bool(np.all(diff <= tol + tol * np.abs(e)))
-    return worst, ok
 
 
 class FuseForEpPass(ir.passes.InPlacePass):
@@ -172,6 +167,9 @@ class FuseForEpPass(ir.passes.InPlacePass):
         max_length: Longest past + current sequence the fused attention supports (rows of
             its rotary caches).
         fusions: The fusions to try (default :data:`FUSIONS`).
+        allow_padding_differences: Accept a fusion that agrees at every position
+            ``attention_mask`` keeps, whatever it computes at padding positions.
+        check_ep: Also run each fusion on ``ep`` (None: when it loads here; True: it must).
     """
 
     def __init__(
@@ -182,7 +180,11 @@ class FuseForEpPass(ir.passes.InPlacePass):
         table: KernelTable | None = None,
         max_length: int = 4096,
         fusions: tuple[FusionSpec, ...] = FUSIONS,
+        allow_padding_differences: bool = False,
+        check_ep: bool | None = None,
     ) -> None:
+        self.allow_padding_differences = allow_padding_differences
+        self.check_ep = check_ep
         self.ep = canonical_ep_name(ep)
         self.ort_version = ort_version
         self.table = table
@@ -190,13 +192,25 @@ class FuseForEpPass(ir.passes.InPlacePass):
         self.fusions = fusions
         self.records: list[FusionRecord] = []
 
+    def _ep_check(self) -> tuple[bool, str | None]:
+        """Whether to run the fusions on the target EP too, and if not, why."""
+        if self.check_ep is False:
+            return False, "check_ep=False"
+        loadable, why = ep_loadable(self.ep)
+        if not loadable and self.check_ep:
+            raise ValueError(f"cannot check the fusions on {self.ep} here: {why}")
+        return loadable, None if loadable else why
+
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         table = self.table or get_table(self.ep, self.ort_version)
         self.records = []
         common_passes.ShapeInferencePass()(model)
-        sizes = [s for s in VERIFY_SIZES if s.past == 0 or _has_past(model)]
-        feeds = [generate_feeds(model.graph.inputs, s, seed=i) for i, s in enumerate(sizes)]
-        reference: list[list[np.ndarray]] | None = None
+        check_ep, not_checked = self._ep_check()
+        if resolve_ep(self.ep).is_host:
+            not_checked = None
+        original = model.clone()
+        reference: Runs = {}
+        skipped: dict[Sizes, str] = {}
         types = {"T": _float_type(model)}
         modified = False
         for spec in self.fusions:
@@ -217,31 +231,39 @@ class FuseForEpPass(ir.passes.InPlacePass):
                     else "pattern not found"
                 )
                 continue
+            record.not_checked = not_checked
             try:
-                if reference is None:
-                    reference = [run_model(ir.to_proto(model), f) for f in feeds]
-                outputs = [run_model(ir.to_proto(candidate), f) for f in feeds]
+                verification = verify_fusion(
+                    original,
+                    reference,
+                    skipped,
+                    candidate,
+                    ep=self.ep,
+                    fused_op=(spec.domain, spec.op),
+                    tolerance=spec.tolerance,
+                    max_length=self.max_length,
+                    check_ep=check_ep,
+                )
             except Exception as error:  # ORT refuses a model: the fusion cannot be verified
-                record.reason = f"not verified: {error}"
+                record.reason = f"not verified: ORT cannot run the fused model: {error}"
                 logger.warning("fusion %s dropped: %s", spec.pattern, record.reason)
                 continue
-            record.max_abs_diff, ok = _max_diff(reference, outputs, spec.tolerance)
-            if not ok:
-                record.reason = (
-                    f"outputs differ by up to {record.max_abs_diff:.3g} "
-                    f"(tolerance {spec.tolerance:g})"
-                )
+            record.checks = [c.to_dict() for c in verification.checks]
+            record.skipped = verification.skipped
+            padded = not self.allow_padding_differences
+            record.max_abs_diff = max(
+                max(c.max_abs_diff, (c.padded_max_abs_diff or 0.0) if padded else 0.0)
+                for c in verification.checks
+            )
+            kept, reason, record.excluded = decide(
+                verification, spec.tolerance, self.allow_padding_differences
+            )
+            if not kept:
+                record.reason = reason
                 logger.warning("fusion %s dropped: %s", spec.pattern, record.reason)
                 continue
             record.kept = True
-            reference = outputs
             adopt(model, candidate)
             modified = True
-            logger.info(
-                "fused %d x %s (%s), max difference %.3g",
-                record.count,
-                op_name,
-                spec.pattern,
-                record.max_abs_diff,
-            )
+            logger.info("fused %s", record.summary())
         return ir.passes.PassResult(model, modified=modified)

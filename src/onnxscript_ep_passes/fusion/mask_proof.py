@@ -47,12 +47,14 @@ from __future__ import annotations
 
 __all__ = ["prove_causal_mask"]
 
+import logging
 import re
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx_ir as ir
 
+from onnxscript_ep_passes.fusion.mask_pieces import concat_pieces, cumsum_val, slice_val
 from onnxscript_ep_passes.fusion.mask_terms import (
     COMPARE,
     ONE,
@@ -72,15 +74,22 @@ from onnxscript_ep_passes.fusion.mask_terms import (
     as_vec,
     broadcast_dims,
     canonical,
+    check_constant_mask,
     conj,
     const_axes,
     const_val,
+    describe_mismatch,
+    has_past_input,
     is_lowest,
     map_elem,
     negate,
     rebind,
     refuse,
+    show_atom,
+    simplify,
 )
+
+logger = logging.getLogger(__name__)
 
 
 def _snake(op_type: str) -> str:
@@ -149,7 +158,8 @@ class _Interpreter:
                 dims.append(Lin.of(dim))
             else:
                 dims.append(role or Lin.of(**{f"?{dim}": 1}))
-        elem: Elem = PadInput() if name == "attention_mask" else Unknown(f"input {name}")
+        why = f"it depends on the values of input {name!r}, not only on sizes and padding"
+        elem: Elem = PadInput() if name == "attention_mask" else Unknown(why)
         return Val(tuple(dims), elem)
 
     def _arg(self, inputs: Sequence[ir.Value | None], index: int) -> Val:
@@ -165,6 +175,8 @@ class _Interpreter:
 
     def op_cast(self, node: ir.Node, inputs: list) -> Val:
         x = self._arg(inputs, 0)
+        if isinstance(x.elem, Unknown):
+            return x  # keeps the reason
         to = ir.DataType(node.attributes.get_int("to", 0))
         if to == ir.DataType.BOOL:
             if isinstance(x.elem, PadInput) and len(x.dims) == 2:
@@ -174,6 +186,8 @@ class _Interpreter:
             return Val(x.dims, Unknown("a Cast to bool of a non-boolean"))
         if to.is_integer() and isinstance(x.elem, (Lin, Vec)):
             return x
+        if to.is_integer() and (x.elem is None or x.elem == frozenset()):
+            return Val(x.dims, Lin.of(int(x.elem is not None)))  # a constant boolean
         return Val(x.dims, Unknown(f"a Cast to {to.name}"))
 
     def op_shape(self, node: ir.Node, inputs: list) -> Val:
@@ -227,7 +241,7 @@ class _Interpreter:
             return Val((Lin.of(len(items)),), Vec(items))
         rank = len(parts[0].dims)
         if axis % rank != rank - 1 or any(p.dims[-1] != ONE for p in parts):
-            raise refuse("Concat other than of shape vectors or of index coordinates")
+            return concat_pieces(parts, axis)
         dims = broadcast_dims([p.dims[:-1] for p in parts])
         if any(p.dims[:-1] != dims for p in parts):
             raise refuse("Concat of index coordinates of different shapes")
@@ -243,6 +257,21 @@ class _Interpreter:
         if shape.items == x.dims:
             return x
         raise refuse("Reshape other than a no-op or to a 1-element vector")
+
+    def op_slice(self, node: ir.Node, inputs: list) -> Val:
+        starts, ends = (as_vec(self._arg(inputs, i)).items for i in (1, 2))
+        axes, steps = (
+            const_axes(node, i) if len(inputs) > i and inputs[i] else None for i in (3, 4)
+        )
+        return slice_val(self._arg(inputs, 0), starts, ends, axes, steps, self.bounds)
+
+    def op_cum_sum(self, node: ir.Node, inputs: list) -> Val:
+        axis = as_vec(self._arg(inputs, 1)).items[0]
+        if not axis.is_const():
+            raise refuse("CumSum over an axis that is not a constant")
+        exclusive = bool(node.attributes.get_int("exclusive", 0))
+        reverse = bool(node.attributes.get_int("reverse", 0))
+        return cumsum_val(self._arg(inputs, 0), axis.const, exclusive, reverse)
 
     def op_gather(self, node: ir.Node, inputs: list) -> Val:
         data, index = self._arg(inputs, 0), self._arg(inputs, 1)
@@ -338,7 +367,7 @@ class _Interpreter:
         if not isinstance(a, Lin) or not isinstance(b, Lin):
             why = a.why if isinstance(a, Unknown) else b.why if isinstance(b, Unknown) else ""
             return Val(dims, Unknown(why or f"{node.op_type} of non-integer values"))
-        return Val(dims, frozenset(COMPARE[node.op_type](a, b)))
+        return Val(dims, simplify(frozenset(COMPARE[node.op_type](a, b))))
 
     op_less_or_equal = op_less = op_greater_or_equal = op_greater = op_equal = _compare
 
@@ -355,6 +384,8 @@ class _Interpreter:
         x = self._arg(inputs, 0)
         if x.elem is None or isinstance(x.elem, frozenset):
             return Val(x.dims, negate(x.elem))
+        if isinstance(x.elem, Unknown):
+            return x
         return Val(x.dims, Unknown("Not of a non-boolean value"))
 
     def op_where(self, node: ir.Node, inputs: list) -> Val:
@@ -408,34 +439,6 @@ class _Interpreter:
         return Val(dims, map_elem(data.elem, mapping))
 
 
-_NAMES = {"x0": "b", "x1": "h", "x2": "i", "x3": "j"}
-
-
-def _show(atom: Atom) -> str:
-    if isinstance(atom, PadAtom):
-        return f"attention_mask[{_show(atom.b)[:-5]}, {_show(atom.j)[:-5]}]"
-    text = str(Lin(tuple((_NAMES.get(k, k), v) for k, v in atom.terms), atom.const))
-    return f"{text} >= 0"
-
-
-def _check_constant(model: ir.Model, array: np.ndarray, has_past: bool) -> None:
-    """A constant mask (a static-shape export): the model runs at its static sizes only,
-    so checking every element is the proof."""
-    if has_past or any(v.name == "attention_mask" for v in model.graph.inputs):
-        raise refuse("a constant mask ignores the past or attention_mask")
-    allowed = array if array.dtype == np.bool_ else array == 0
-    if array.dtype != np.bool_ and not np.all((array == 0) | (array <= -1e30)):
-        raise refuse("a constant float mask with values other than 0 and -inf")
-    if array.ndim < 2:
-        raise refuse(f"a constant mask of rank {array.ndim}")
-    rows, cols = array.shape[-2:]
-    expected = np.arange(cols)[None, :] <= np.arange(rows)[:, None] + (cols - rows)
-    if not np.array_equal(
-        np.broadcast_to(allowed, array.shape), np.broadcast_to(expected, array.shape)
-    ):
-        raise refuse("a constant mask that is not causal")
-
-
 def prove_causal_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> int | None:
     """Prove ``mask`` (an Attention's input 3) causal AND window AND padding (module docstring).
 
@@ -446,13 +449,10 @@ def prove_causal_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> in
     Raises:
         RefusedError: not proven; the message says which condition failed.
     """
-    has_past = any(
-        v.shape is not None and len(v.shape) == 4 and "past" in (v.name or "")
-        for v in model.graph.inputs
-    )
+    has_past = has_past_input(model)
     tensor = ir.convenience.get_const_tensor(mask)
     if tensor is not None:
-        _check_constant(model, tensor.numpy(), has_past)
+        check_constant_mask(model, tensor.numpy(), has_past)
         return None
     bounds = Bounds(has_past, max_length)
     val = _Interpreter(model.graph, bounds).value(mask)
@@ -487,7 +487,11 @@ def prove_causal_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> in
             raise refuse("the mask is the same for every batch row")
         expected.add(PadAtom(Lin.of(x0=int(dims[0] != ONE)), Lin.of(x3=1)))
     if left != expected:
-        extra = ", ".join(sorted(_show(a) for a in left - expected)) or "-"
-        missing = ", ".join(sorted(_show(a) for a in expected - left)) or "-"
-        raise refuse(f"conditions beyond causal/window/padding: {extra}; missing: {missing}")
+        logger.debug(
+            "mask %s: conditions beyond causal/window/padding: %s; missing: %s",
+            mask.name,
+            ", ".join(sorted(show_atom(a) for a in left - expected)) or "-",
+            ", ".join(sorted(show_atom(a) for a in expected - left)) or "-",
+        )
+        raise refuse(describe_mismatch(left - expected, expected - left, has_past))
     return window

@@ -39,14 +39,19 @@ __all__ = [
     "as_vec",
     "broadcast_dims",
     "canonical",
+    "check_constant_mask",
     "conj",
     "const_axes",
     "const_val",
+    "describe_mismatch",
+    "has_past_input",
     "is_lowest",
     "map_elem",
     "negate",
     "rebind",
     "refuse",
+    "show_atom",
+    "simplify",
 ]
 
 import dataclasses
@@ -211,8 +216,18 @@ def canonical(atom: Atom) -> Atom:
     return Lin(tuple((k, v // gcd) for k, v in atom.terms), atom.const // gcd)
 
 
+def simplify(pred: Pred) -> Pred:
+    """``pred`` without its constant atoms: one that fails makes it false everywhere."""
+    if pred is None:
+        return None
+    constant = [a for a in pred if isinstance(a, Lin) and a.is_const()]
+    if any(a.const < 0 for a in constant):
+        return None
+    return frozenset(pred - set(constant)) if constant else pred
+
+
 def conj(a: Pred, b: Pred) -> Pred:
-    return None if a is None or b is None else frozenset(a | b)
+    return None if a is None or b is None else simplify(frozenset(a | b))
 
 
 def negate(pred: Pred) -> Pred | Unknown:
@@ -330,3 +345,56 @@ COMPARE: dict[str, Callable[[Lin, Lin], tuple[Lin, ...]]] = {
     "Greater": lambda a, b: (a - b - ONE,),
     "Equal": lambda a, b: (a - b, b - a),
 }
+
+
+_COORDINATES = {"x0": "b", "x1": "h", "x2": "i", "x3": "j"}
+
+
+def show_atom(atom: Atom) -> str:
+    if isinstance(atom, PadAtom):
+        return f"attention_mask[{show_atom(atom.b)[:-5]}, {show_atom(atom.j)[:-5]}]"
+    text = str(Lin(tuple((_COORDINATES.get(k, k), v) for k, v in atom.terms), atom.const))
+    return f"{text} >= 0"
+
+
+def check_constant_mask(model: ir.Model, array: np.ndarray, has_past: bool) -> None:
+    """A constant mask (a static-shape export): the model runs at its static sizes only,
+    so checking every element is the proof."""
+    if has_past or any(v.name == "attention_mask" for v in model.graph.inputs):
+        raise refuse("a constant mask ignores the past or attention_mask")
+    allowed = array if array.dtype == np.bool_ else array == 0
+    if array.dtype != np.bool_ and not np.all((array == 0) | (array <= -1e30)):
+        raise refuse("a constant float mask with values other than 0 and -inf")
+    if array.ndim < 2:
+        raise refuse(f"a constant mask of rank {array.ndim}")
+    rows, cols = array.shape[-2:]
+    expected = np.arange(cols)[None, :] <= np.arange(rows)[:, None] + (cols - rows)
+    if not np.array_equal(
+        np.broadcast_to(allowed, array.shape), np.broadcast_to(expected, array.shape)
+    ):
+        raise refuse("a constant mask that is not causal")
+
+
+def describe_mismatch(extra: set[Atom], missing: set[Atom], has_past: bool) -> str:
+    """Why a mask is not causal + window + padding, in a user's terms (details at -v)."""
+    past = "past + " if has_past else ""
+    parts = []
+    for atom in sorted(missing, key=show_atom):
+        if isinstance(atom, PadAtom):
+            parts.append("it ignores attention_mask (the padding)")
+        else:
+            parts.append(
+                f"a query also sees later keys (no 'key <= {past}query' condition: "
+                "bidirectional or not causal attention)"
+            )
+    for atom in sorted(extra, key=show_atom):
+        parts.append(f"it also requires {show_atom(atom)} (i: query, j: key, b: batch row)")
+    return "the mask is not causal attention (+ sliding window, + padding): " + "; ".join(parts)
+
+
+def has_past_input(model: ir.Model) -> bool:
+    """Whether the graph has a KV cache input (a 4-D input named ``past...``)."""
+    return any(
+        v.shape is not None and len(v.shape) == 4 and "past" in (v.name or "")
+        for v in model.graph.inputs
+    )

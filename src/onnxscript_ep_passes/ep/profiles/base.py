@@ -116,6 +116,8 @@ class EpProfile:
         select_session: selects it in new session options (see :data:`SessionSelector`).
         list_kernels: lists its kernels from the installed ORT (raises
             :class:`~onnxscript_ep_passes.ep.kernel_listing.LiveTableUnavailableError`).
+        check_available: says whether ORT can make a session on it here, and if not,
+            why, never raising (default: select it in new session options).
         is_host: the CPU EP itself: nothing to place, nothing to lower for.
         generic: a profile made for an EP this package has no data on (rule 3).
     """
@@ -127,6 +129,9 @@ class EpProfile:
     cost: CostRates = DISCRETE_GPU_RATES
     select_session: SessionSelector | None = dataclasses.field(default=None, compare=False)
     list_kernels: Callable[[], KernelTable] | None = dataclasses.field(default=None, compare=False)
+    check_available: Callable[[], tuple[bool, str]] | None = dataclasses.field(
+        default=None, compare=False
+    )
     is_host: bool = False
     generic: bool = False
 
@@ -139,6 +144,18 @@ class EpProfile:
         """Select this EP in ``so``; return the ``providers`` argument (None for devices)."""
         select = self.select_session or select_builtin_or_plugin(self.ort_name)
         return select(so, provider_options)
+
+    def loadable(self) -> tuple[bool, str]:
+        """Whether ORT can make a session on this EP here, and if not, why (never raises)."""
+        if self.check_available is not None:
+            return self.check_available()
+        try:
+            import onnxruntime as ort
+
+            self.session_providers(ort.SessionOptions(), {})
+        except (RuntimeError, ImportError, ValueError) as error:
+            return False, str(error)
+        return True, ""
 
     def live_table(self) -> KernelTable:
         """This EP's kernels listed from the installed ORT (not cached here)."""

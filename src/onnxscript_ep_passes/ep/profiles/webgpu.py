@@ -260,6 +260,7 @@ WEBGPU = register(
         ),
         select_session=_select,
         list_kernels=_list_kernels,
+        check_available=webgpu_available,
     )
 )
 """The WebGPU plugin EP."""

@@ -1,0 +1,148 @@
+"""Slices, concatenations and running sums of symbolic values, for the mask proof.
+
+:mod:`~onnxscript_ep_passes.fusion.mask_proof` reads what a mask subgraph computes, not
+which ops spell it. The rules here are what each op computes on the symbolic values of
+:mod:`~onnxscript_ep_passes.fusion.mask_terms` (each element a function of its
+coordinates), so another spelling of the same arithmetic needs no new case:
+
+- :func:`slice_val`: ``Slice`` with step 1 keeps the elements ``x + start`` of each sliced
+  axis: the element function with ``x_a`` replaced by ``x_a + start``. Negative constant
+  starts/ends count from the end, ends beyond the dim are clamped; a start or end whose
+  place relative to ``0`` and the dim the size bounds do not decide refuses. A slice of
+  ``attention_mask`` itself is not modelled (its padding atom would lose its offset).
+- :func:`concat_pieces`: a ``Concat`` whose pieces compute the *same* function of the
+  output's coordinates (piece ``k`` starts at ``o_k``: its element ``f_k(x_a - o_k)``;
+  a one-element piece is compared at ``x_a = o_k``) is that function. (transformers 5.24's
+  ``torch.diff(position_ids, prepend=position_ids[:, :1] - 1)`` concatenates
+  ``[p0 - 1, p0, p1, ...]``, which for ``position_ids = arange`` is ``x - 1`` throughout.)
+- :func:`cumsum_val`: the running sum of a constant ``c`` along axis ``a`` is ``c * (x_a +
+  1)`` (``exclusive``: ``c * x_a``; ``reverse``: counted from the end).
+
+Anything else is an :class:`~onnxscript_ep_passes.fusion.mask_terms.Unknown` with the
+reason (fine while only its shape is used) or a refusal.
+"""
+
+from __future__ import annotations
+
+__all__ = ["concat_pieces", "cumsum_val", "slice_val"]
+
+from collections.abc import Sequence
+
+from onnxscript_ep_passes.fusion.mask_terms import (
+    ONE,
+    Bounds,
+    Lin,
+    PadInput,
+    Unknown,
+    Val,
+    Vec,
+    as_field,
+    map_elem,
+    refuse,
+)
+
+_LARGE = 2**30  # an end at least this large means "to the end" (torch exports INT64_MAX)
+
+
+def _place(value: Lin, dim: Lin, bounds: Bounds, what: str) -> Lin:
+    """``value`` (a start or end) as a position in ``[0, dim]``."""
+    if value.is_const() and value.const >= _LARGE:
+        return dim
+    if value.is_const() and value.const < 0:
+        value = dim + value
+    if bounds.always(value, ()) and bounds.always(dim - value, ()):
+        return value
+    if bounds.always(value - dim, ()):
+        return dim  # clamped
+    raise refuse(f"Slice {what} {value} not proven inside [0, {dim}]")
+
+
+def slice_val(
+    data: Val,
+    starts: Sequence[Lin],
+    ends: Sequence[Lin],
+    axes: Sequence[int] | None,
+    steps: Sequence[int] | None,
+    bounds: Bounds,
+) -> Val:
+    """``Slice(data, starts, ends, axes, steps)`` with steps 1 (module docstring)."""
+    if steps is not None and any(step != 1 for step in steps):
+        raise refuse("Slice with a step other than 1")
+    axes = list(range(len(starts))) if axes is None else axes
+    rank = len(data.dims)
+    if len(axes) != len(starts) or len(ends) != len(starts) or not rank:
+        raise refuse("Slice with starts, ends and axes of different lengths")
+    if isinstance(data.elem, PadInput):
+        return Val(data.dims, Unknown("a slice of attention_mask"))
+    if isinstance(data.elem, Vec) and rank == 1:
+        if len(starts) != 1 or not starts[0].is_const() or not ends[0].is_const():
+            return Val(data.dims, Unknown("a slice of a shape vector at symbolic places"))
+        items = data.elem.items
+        low, high = starts[0].const, ends[0].const
+        picked = items[low : min(high, len(items)) if high < _LARGE else None]
+        return Val((Lin.of(len(picked)),), Vec(tuple(picked)))
+    field = as_field(data)
+    dims = list(field.dims)
+    mapping: dict[str, Lin] = {}
+    for start, end, axis in zip(starts, ends, axes):
+        a = axis % rank
+        first = _place(start, dims[a], bounds, "start")
+        last = _place(end, dims[a], bounds, "end")
+        if not bounds.always(last - first, ()):
+            raise refuse(f"Slice of [{first}, {last}) not proven non-empty")
+        dims[a] = last - first
+        mapping[f"x{a}"] = Lin.of(**{f"x{a}": 1}) + first
+    return Val(tuple(dims), map_elem(field.elem, mapping))
+
+
+def concat_pieces(parts: Sequence[Val], axis: int) -> Val:
+    """``Concat`` of pieces that compute one function of the output's coordinates."""
+    rank = len(parts[0].dims)
+    a = axis % rank
+    others = {tuple(d for i, d in enumerate(p.dims) if i != a) for p in parts}
+    if len(others) != 1 or any(len(p.dims) != rank for p in parts):
+        raise refuse("Concat of pieces of different shapes")
+    var = f"x{a}"
+    offsets, offset = [], Lin()
+    for part in parts:
+        offsets.append(offset)
+        offset = offset + part.dims[a]
+    dims = tuple(offset if i == a else d for i, d in enumerate(parts[0].dims))
+    unknown = next((p.elem for p in parts if isinstance(p.elem, Unknown)), None)
+    if unknown is not None:
+        return Val(dims, unknown)
+    if not all(isinstance(p.elem, Lin) for p in parts):
+        return Val(dims, Unknown("a Concat of pieces this proof does not model"))
+    shifted = [
+        map_elem(p.elem, {var: Lin.of(**{var: 1}) - o})
+        for p, o in zip(parts, offsets)
+        if p.dims[a] != ONE
+    ]
+    if not shifted:
+        return Val(dims, Unknown("a Concat of single elements"))
+    function = shifted[0]
+    assert isinstance(function, Lin)
+    for part, start in zip(parts, offsets):
+        if part.dims[a] == ONE:
+            same = map_elem(part.elem, {var: Lin()}) == function.subst(var, start)
+        else:
+            same = map_elem(part.elem, {var: Lin.of(**{var: 1}) - start}) == function
+        if not same:
+            return Val(dims, Unknown("a Concat of pieces that compute different values"))
+    return Val(dims, function)
+
+
+def cumsum_val(data: Val, axis: int, exclusive: bool, reverse: bool) -> Val:
+    """``CumSum`` of a constant along ``axis`` (module docstring)."""
+    field = as_field(data)
+    rank = len(field.dims)
+    if isinstance(field.elem, Unknown):
+        return field
+    if not isinstance(field.elem, Lin) or not field.elem.is_const() or not rank:
+        return Val(field.dims, Unknown("a running sum of values that are not one constant"))
+    a = axis % rank
+    position = Lin.of(**{f"x{a}": 1})
+    if reverse:
+        position = field.dims[a] - ONE - position
+    count = position if exclusive else position + ONE
+    return Val(field.dims, count.scale(field.elem.const))
