@@ -175,20 +175,32 @@ def _webgpu_table() -> KernelTable:
     return get_table("webgpu")
 
 
-@pytest.mark.parametrize(("kind", "opset"), [("qwen3", 23), ("llama", 24), ("gemma3_wide", 25)])
-def test_fused_decoders_predicted_as_ort_places_them(
-    kind: str, opset: int, webgpu_table: KernelTable
+@pytest.mark.parametrize(
+    ("kind", "opset", "allow_padding_differences"),
+    [("qwen3", 23, False), ("llama", 24, False), ("gemma3_wide", 25, False)]
+    + [("mistral_w4", opset, True) for opset in (23, 24, 25)],
+)
+def test_optimized_decoders_predicted_as_ort_places_them(
+    kind: str, opset: int, allow_padding_differences: bool, webgpu_table: KernelTable
 ) -> None:
-    """``optimize``'s own prediction for its result (the JSON's) is ORT's count."""
+    """``optimize``'s own prediction for its result (the JSON's) is ORT's count, whether the
+    verification kept the attention fusion (mistral_w4 with the flag: a binding window) or
+    dropped it (the others on lavapipe: WebGPU's GroupQueryAttention differs from 32 tokens
+    on without a binding window)."""
     model = ir.from_proto(llm_export(kind, opset))
-    pipeline = OptimizeForEpPass("webgpu")
+    pipeline = OptimizeForEpPass("webgpu", allow_padding_differences=allow_padding_differences)
     pipeline(model)
     proto = ir.to_proto(model)
+    if allow_padding_differences:
+        assert any(n.op_type == "GroupQueryAttention" for n in proto.graph.node)
     run = run_on_webgpu(proto, llm_inputs(proto))
     assert pipeline.after is not None
     assert pipeline.after.memcpy == run.memcpy
     pred = predict_placement(proto, webgpu_table)
     _assert_same_memcpy(pred, run.memcpy_from_host, run.memcpy_to_host)
-    assert collections.Counter(n.op_type for n in pred.cpu_nodes) == collections.Counter(
-        run.cpu_summary()
-    )
+    # The model's own nodes on CPU, op by op. ORT's optimizers also make nodes of their own
+    # (qwen3 at 23 unfused: four int64 Gather, "Gather_token_N", on CPU, moving no data
+    # across the boundary); the prediction does not model those.
+    own = {n.name for n in proto.graph.node}
+    measured = collections.Counter(n.op_type for n in run.cpu_nodes if not n.name or n.name in own)
+    assert collections.Counter(n.op_type for n in pred.cpu_nodes) == measured

@@ -59,6 +59,6 @@ def test_measure_chooses_between_fused_and_unfused_on_webgpu(
     ops = {(n.domain, n.op_type) for n in onnx.load(str(out)).graph.node}
     assert (("com.microsoft", "GroupQueryAttention") in ops) == (chosen == "fused")
     shown = capsys.readouterr().out
-    assert shown.startswith("llama.onnx: opset 24 "), shown
+    assert shown.startswith("mistral.onnx: opset 24 "), shown
     assert "candidate fused: predicted" in shown and "; measured" in shown
     assert "(chosen)" in shown

@@ -180,8 +180,10 @@ def test_lowest_opset_bounds_the_search(tmp_path: Path) -> None:
         bounded.legalized_costs
     )
     weighed = [*bounded.costs.values(), *bounded.legalized_costs.values()]
-    assert (bounded.chosen_opset, bounded.legalized) == (23, False)
-    assert bounded.costs[23].cost == min(c.cost for c in weighed)
+    # Released CUDA 1.24 has no Attention kernel (the table from the release): at 23 the
+    # candidate that expands the Attention for the EP is the cheapest of those weighed.
+    assert (bounded.chosen_opset, bounded.legalized) == (23, True)
+    assert bounded.legalized_costs[23].cost == min(c.cost for c in weighed)
     # The pass applies the bounded choice: a checked model that computes what the original does.
     model = ir.from_proto(proto)
     result = LowerOpsetForEpPass("cuda", "1.24", lowest_opset=23)(model)
