@@ -58,6 +58,22 @@ CASES = ("llama-mask", "qwen3-kv", "mistral-window4", "llama-nomask")
 window, and without attention_mask (transformers 5.24 detects packed sequences there)."""
 
 
+def strip_provenance_of_nodes(piece: onnx.ModelProto) -> None:
+    """Drop what the exporter attached to each node and value (torch's stack traces name
+    the paths of the machine that exported), keeping the model's own metadata."""
+    graphs = [piece.graph]
+    while graphs:
+        graph = graphs.pop()
+        for value in [*graph.input, *graph.output, *graph.value_info, *graph.initializer]:
+            del value.metadata_props[:]
+        for node in graph.node:
+            del node.metadata_props[:]
+            node.doc_string = ""
+            graphs.extend(a.g for a in node.attribute if a.HasField("g"))
+            graphs.extend(g for a in node.attribute for g in a.graphs)
+        del graph.metadata_props[:]
+
+
 def cut(proto: onnx.ModelProto) -> list[onnx.ModelProto]:
     """One model per distinct mask of ``proto``'s Attention nodes."""
     model = ir.from_proto(proto)
@@ -87,6 +103,7 @@ def main(out: Path) -> list[Path]:
                 "opset": str(opset),
                 "expected": expected,
             }
+            strip_provenance_of_nodes(piece)
             onnx.helper.set_model_props(piece, meta)
             suffix = f"-{index}" if index else ""
             path = out / f"{name}{suffix}-tf{transformers.__version__}.onnx"
