@@ -385,10 +385,11 @@ def large_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _staged_data(out: Path) -> bool:
-    """Whether a staging directory of ``out`` holds a data file being written."""
-    for staged in out.parent.glob(f".{out.name}.*.tmp/*.data"):
+    """Whether a staging directory of ``out`` holds a data file being written (the command
+    may remove a staging directory while it is being listed: that one holds nothing)."""
+    for folder in out.parent.glob(f".{out.name}.*.tmp"):
         try:
-            if staged.stat().st_size > 0:
+            if any(staged.stat().st_size > 0 for staged in folder.glob("*.data")):
                 return True
         except OSError:
             pass
