@@ -26,6 +26,7 @@ import os
 from pathlib import Path
 
 from onnxscript_ep_passes._paths import read_regular_file
+from onnxscript_ep_passes.ep.kernel_listing import installed_ort_version
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.profiles import canonical_ep_name
 from onnxscript_ep_passes.ep.snapshots import parse_snapshot
@@ -34,12 +35,6 @@ from onnxscript_ep_passes.ep.table_choice import get_table
 MEASURED_ONLY = "none: measured"
 MAX_TABLE_BYTES = 16 * 1024 * 1024
 """The largest kernel-table file read (the shipped tables are under 40 KB)."""
-
-
-def _installed_ort() -> str:
-    import onnxruntime as ort
-
-    return str(ort.__version__)
 
 
 def read_kernel_table(
@@ -57,7 +52,7 @@ def read_kernel_table(
     return parse_snapshot(
         text,
         ep=canonical_ep_name(ep),
-        ort_version=ort_version or _installed_ort(),
+        ort_version=ort_version or installed_ort_version(),
         source=f"file:{Path(path)}",
         where=label,
     )
@@ -95,7 +90,7 @@ def resolve_table(
     except ValueError as error:
         if measure:
             return KernelTable.from_rows(
-                canonical, ort_version or _installed_ort(), MEASURED_ONLY, []
+                canonical, ort_version or installed_ort_version(), MEASURED_ONLY, []
             )
         raise ValueError(
             f"{error}. Either pass --kernel-table FILE (API: kernel_table=) with the EP's "
