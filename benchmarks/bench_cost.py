@@ -216,7 +216,7 @@ def tool_command(tool: str, src: Path, dst: Path) -> list[str]:
         return [
             sys.executable,
             "-c",
-            "import gc, sys; gc.disable(); from onnxscript_ep_passes.cli import main; "
+            "import gc, sys; gc.disable(); from onnxscript_ep_passes.cli.program import main; "
             "sys.exit(main(sys.argv[1:]))",
             "-q",
             "lower",
@@ -416,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     memory_limit = int(args.vc_memory_limit * machine()["mem_bytes"]) or None
     results: dict[str, Any] = {"target_opset": TARGET, "repeats": args.repeats, "models": {}}
     python_start = measure(
-        [sys.executable, "-c", "import onnxscript_ep_passes.cli, onnx_ir, onnx"],
+        [sys.executable, "-c", "import onnxscript_ep_passes.cli.program, onnx_ir, onnx"],
         args.workdir / "logs",
         "imports",
     )

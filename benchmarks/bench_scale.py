@@ -247,8 +247,8 @@ def _verify(src: Path, dst: Path, log_dir: Path, tag: str) -> str:
 def ir_roundtrip(src: str, dst: str) -> None:
     """The ``ir_roundtrip`` command (module docstring), in this process."""
     import onnxscript_ep_passes.passes.lower_for_ep  # noqa: F401  (the EP commands' imports)
-    from onnxscript_ep_passes._collector import paused_collector
-    from onnxscript_ep_passes.model_io import load_model, save_model
+    from onnxscript_ep_passes.core.collector import paused_collector
+    from onnxscript_ep_passes.model_files.io import load_model, save_model
 
     with paused_collector():
         save_model(load_model(src), dst)

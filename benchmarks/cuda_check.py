@@ -183,7 +183,7 @@ def measure(model: bytes, feeds: dict[str, Any], level: Any, runs: int) -> dict[
     else:
         placed = _placement_from_profile(session, feeds)
         how = "profiling args.provider"
-    from onnxscript_ep_passes._onnx import iter_nodes
+    from onnxscript_ep_passes.core.onnx_utils import iter_nodes
 
     placed = [p for p in placed if p[1] not in ("MemcpyFromHost", "MemcpyToHost")]
     memcpy = Counter(n.op_type for n in iter_nodes(saved.graph))

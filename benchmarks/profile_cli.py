@@ -43,13 +43,13 @@ def child(model: Path, out: Path, profile: bool, trace: bool, top: int) -> None:
     """Run the CLI's ``lower`` steps, print one JSON line of phase seconds."""
     phases: dict[str, float] = {}
     start = time.perf_counter()
-    from onnxscript_ep_passes.cli import _defer_sympy
+    from onnxscript_ep_passes.cli.program import _defer_sympy
 
     _defer_sympy()
     from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
     from onnxscript_ep_passes.lowering.proto_fast_path import try_lower_proto
-    from onnxscript_ep_passes.model_io import load_graph_proto, model_from_proto, save_model
-    from onnxscript_ep_passes.proto_save import ProtoSave, early_save, proto_source_file
+    from onnxscript_ep_passes.model_files.io import load_graph_proto, model_from_proto, save_model
+    from onnxscript_ep_passes.model_files.proto_save import ProtoSave, early_save, proto_source_file
 
     phases["imports"] = time.perf_counter() - start
     profiler = cProfile.Profile() if profile else None

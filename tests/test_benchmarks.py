@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import pytest
 
-from onnxscript_ep_passes.cli import main as cli
+from onnxscript_ep_passes.cli.program import main as cli
 from tests.harness import run_model
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"

@@ -28,7 +28,7 @@ from typing import Any
 import onnx
 import pytest
 
-from onnxscript_ep_passes.report import report_schema
+from onnxscript_ep_passes.reports.report import report_schema
 from tests.harness import checkout_like, fenced_blocks
 
 ROOT = Path(__file__).resolve().parents[1]

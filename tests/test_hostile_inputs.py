@@ -19,7 +19,7 @@ import onnx.helper as oh
 import pytest
 from onnx import TensorProto, numpy_helper
 
-from onnxscript_ep_passes.cli import main
+from onnxscript_ep_passes.cli.program import main
 from onnxscript_ep_passes.errors import EXIT_BAD_INPUT, EXIT_USAGE
 from tests.harness import make_model, run_cli, run_model
 
@@ -471,7 +471,7 @@ def test_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
 # exec), which grows with the tests run before this one.
 _MEASURED_CLI = """
 import sys
-from onnxscript_ep_passes.cli import main
+from onnxscript_ep_passes.cli.program import main
 status = main(sys.argv[1:])
 with open("/proc/self/status") as f:
     peak = next(line.split()[1] for line in f if line.startswith("VmHWM:"))
@@ -670,7 +670,7 @@ def _path_case(d: Path, case: str) -> tuple[list[str], int, str]:
         os.replace(d / "m.onnx", d / "o.onnx.data")
         os.replace(d / "m.onnx.data", d / "o.onnx.data.data")  # keep its weights reachable
         proto = onnx.load(d / "o.onnx.data", load_external_data=False)
-        from onnxscript_ep_passes._onnx import point_external_data
+        from onnxscript_ep_passes.core.onnx_utils import point_external_data
 
         point_external_data(proto, "o.onnx.data.data")
         (d / "o.onnx.data").write_bytes(proto.SerializeToString())

@@ -25,7 +25,7 @@ __all__ = [
 import dataclasses
 from collections.abc import Sequence
 
-from onnxscript_ep_passes.display import shown
+from onnxscript_ep_passes.core.display import shown
 
 EXIT_OK = 0  # the command line's exit status: success
 EXIT_BAD_INPUT = 1  # the input is not a usable model, or reading/writing failed

@@ -50,7 +50,7 @@ from olive.passes.onnx.common import get_external_data_config, ir_model_to_olive
 from olive.passes.pass_config import BasePassConfig, PassConfigParam
 
 from onnxscript_ep_passes.ep.profiles import CPU
-from onnxscript_ep_passes.model_io import has_external_data
+from onnxscript_ep_passes.model_files.io import has_external_data
 from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringResult, LowerOpsetForEpPass
 
 logger = logging.getLogger(__name__)

@@ -43,7 +43,7 @@ import onnx_ir as ir
 from onnxscript.optimizer import optimize
 from onnxscript.rewriter import onnx_fusions
 
-from onnxscript_ep_passes._copies import adopt
+from onnxscript_ep_passes.core.copies import adopt
 from onnxscript_ep_passes.ep.cost import PlacementCost, placement_cost
 from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
@@ -63,7 +63,7 @@ from onnxscript_ep_passes.fusion.fuse_for_ep import (
     FusionSpec,
 )
 from onnxscript_ep_passes.passes.lower_for_ep import LowerOpsetForEpPass, lowest_opset_of
-from onnxscript_ep_passes.verdict import Figures, verdict
+from onnxscript_ep_passes.reports.verdict import Figures, verdict
 
 logger = logging.getLogger(__name__)
 
@@ -184,7 +184,7 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         self.after_cost: PlacementCost | None = None
 
     def summary(self, model: str | None = None) -> str:
-        """The last run's verdict line (:func:`~onnxscript_ep_passes.verdict.verdict`):
+        """The last run's verdict line (:func:`~onnxscript_ep_passes.reports.verdict.verdict`):
         the opset, the nodes fused, then the predicted figures of the model after step 1
         and of the result, e.g. ``opset 24 kept, 21 nodes fused (4 GroupQueryAttention,
         ...) on WebGPU (ORT 1.32, live table): Memcpy 23 -> 2 (...)``."""

@@ -38,7 +38,7 @@ import onnx.defs
 import onnx_ir as ir
 import onnxruntime as ort
 
-from onnxscript_ep_passes._onnx import get_schema, iter_nodes
+from onnxscript_ep_passes.core.onnx_utils import get_schema, iter_nodes
 from onnxscript_ep_passes.ep import KernelTable, make_webgpu_session_options
 
 WEBGPU = "WebGpuExecutionProvider"

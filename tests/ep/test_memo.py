@@ -20,7 +20,7 @@ import onnx.helper as oh
 import onnx_ir as ir
 import pytest
 
-from onnxscript_ep_passes._onnx import attributes_key
+from onnxscript_ep_passes.core.onnx_utils import attributes_key
 from onnxscript_ep_passes.ep import KernelTable, predict_placement
 from onnxscript_ep_passes.ep.cost import PlacementCost, placement_cost
 from onnxscript_ep_passes.ep.dims import DimSizes

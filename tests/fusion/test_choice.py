@@ -15,8 +15,8 @@ import jsonschema
 import onnx
 import pytest
 
-from onnxscript_ep_passes.cli import main
-from onnxscript_ep_passes.optimize_cli import report_schema
+from onnxscript_ep_passes.cli.optimize import report_schema
+from onnxscript_ep_passes.cli.program import main
 from tests.fusion import WEBGPU_EXPORT_MARKS
 from tests.torch_models import llm_export
 

@@ -161,7 +161,7 @@ def test_ops_ort_defines_are_placed_by_the_kernel_table_and_reported() -> None:
     """Placement reads ORT's own schema version (1) for them, so CUDA's
     SimplifiedLayerNormalization kernel (1+) matches."""
     from onnxscript_ep_passes.ep.table_choice import get_table
-    from onnxscript_ep_passes.report import format_report, placement_report
+    from onnxscript_ep_passes.reports.report import format_report, placement_report
 
     model = ir.from_proto(_genai_norm_model())
     table = get_table("CUDAExecutionProvider", "1.24")

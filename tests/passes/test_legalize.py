@@ -33,7 +33,7 @@ from onnxscript_ep_passes.passes import (
     fold_static_shapes,
     legalize,
 )
-from onnxscript_ep_passes.report import format_report, placement_report
+from onnxscript_ep_passes.reports.report import format_report, placement_report
 from tests.harness import gelu_in_if, make_model, run_model
 
 FLOAT = onnx.TensorProto.FLOAT

@@ -16,7 +16,7 @@ import onnx.helper as oh
 import onnx_ir as ir
 import pytest
 
-from onnxscript_ep_passes._checkpoint import EditLog
+from onnxscript_ep_passes.core.checkpoint import EditLog
 from onnxscript_ep_passes.passes import fold_static_shapes
 
 INT64 = onnx.TensorProto.INT64

@@ -12,7 +12,7 @@ cached here. Rules:
 2. Caches are bounded (:class:`BoundedCache` empties itself when full), so a long
    process does not grow without limit.
 3. A key that cannot be built exactly
-   (:func:`~onnxscript_ep_passes._onnx.attributes_key` on an attribute it cannot spell)
+   (:func:`~onnxscript_ep_passes.core.onnx_utils.attributes_key` on an attribute it cannot spell)
    is ``None``: the caller computes without the cache.
 """
 

@@ -37,7 +37,7 @@ from typing import Any
 
 import onnx
 
-from onnxscript_ep_passes._onnx import iter_nodes
+from onnxscript_ep_passes.core.onnx_utils import iter_nodes
 from onnxscript_ep_passes.ep.profiles import WEBGPU, EpProfile, resolve_ep
 
 logger = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ import onnx.helper
 import onnx.shape_inference
 import onnx_ir as ir
 
-from onnxscript_ep_passes._onnx import attributes_key, get_schema
+from onnxscript_ep_passes.core.onnx_utils import attributes_key, get_schema
 from onnxscript_ep_passes.ep.memo import BoundedCache, shape_key
 
 logger = logging.getLogger(__name__)

@@ -25,12 +25,12 @@ __all__ = ["MAX_TABLE_BYTES", "MEASURED_ONLY", "read_kernel_table", "resolve_tab
 import os
 from pathlib import Path
 
-from onnxscript_ep_passes._paths import read_regular_file
 from onnxscript_ep_passes.ep.kernel_listing import installed_ort_version
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.profiles import canonical_ep_name
 from onnxscript_ep_passes.ep.snapshots import parse_snapshot
 from onnxscript_ep_passes.ep.table_choice import get_table
+from onnxscript_ep_passes.model_files.paths import read_regular_file
 
 MEASURED_ONLY = "none: measured"
 MAX_TABLE_BYTES = 16 * 1024 * 1024

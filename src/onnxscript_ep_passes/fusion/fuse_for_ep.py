@@ -44,7 +44,7 @@ from typing import Any
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
-from onnxscript_ep_passes._copies import adopt
+from onnxscript_ep_passes.core.copies import adopt
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.profiles import canonical_ep_name, resolve_ep
 from onnxscript_ep_passes.ep.table_choice import get_table

@@ -5,7 +5,7 @@ Rules:
 * An expansion's key holds everything its body (ONNX's function builder) and the
   per-node type inference of the body's copy read, and nothing that identifies the node
   or the model: the op, its domain, the schema version and the body version asked for;
-  the node's attribute values, in order (:func:`~onnxscript_ep_passes._onnx.attributes_key`,
+  the node's attribute values, in order (:func:`~onnxscript_ep_passes.core.onnx_utils.attributes_key`,
   the key placement's caches use too); per input: absent, or whether it is named, the
   first input with the same value name (inference reads types by name), its type and
   shape as ONNX is given them (declared, else the type oracle's), and whether it holds a
@@ -28,16 +28,13 @@ __all__ = ["MAX_ENTRIES", "BodyKey", "clear", "disabled", "expansion_key", "look
 import collections
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 
-from onnxscript_ep_passes._onnx import attributes_key
+from onnxscript_ep_passes.core.onnx_utils import attributes_key
+from onnxscript_ep_passes.lowering.body_site import BodySite
 from onnxscript_ep_passes.lowering.body_template import BodyTemplate
 from onnxscript_ep_passes.lowering.types import known_type, small_constant_proto
-
-if TYPE_CHECKING:
-    from onnxscript_ep_passes.lowering.context import DowngradeContext
 
 MAX_ENTRIES = 512
 
@@ -47,7 +44,7 @@ _cache: collections.OrderedDict[BodyKey, BodyTemplate] = collections.OrderedDict
 _enabled = [True]
 
 
-def expansion_key(ctx: DowngradeContext, body_version: int | None) -> BodyKey | None:
+def expansion_key(ctx: BodySite, body_version: int | None) -> BodyKey | None:
     """The key of expanding ``ctx.node`` (module docstring), or None when not cached."""
     if not _enabled[0]:
         return None
@@ -83,7 +80,7 @@ def expansion_key(ctx: DowngradeContext, body_version: int | None) -> BodyKey | 
     )
 
 
-def _type_key(value: ir.Value, ctx: DowngradeContext) -> tuple[object, ...] | None:
+def _type_key(value: ir.Value, ctx: BodySite) -> tuple[object, ...] | None:
     """The value's type and shape as ONNX is given them (:func:`.types.value_type_proto`).
 
     A tuple with every field that TypeProto holds (kinds, element type, denotations; the

@@ -26,16 +26,13 @@ __all__ = ["BodyTemplate", "bind_references", "body_opset"]
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import onnx
 import onnx_ir as ir
 
 from onnxscript_ep_passes.lowering import schemas
+from onnxscript_ep_passes.lowering.body_site import BodySite
 from onnxscript_ep_passes.lowering.types import known_type, small_constant_proto
-
-if TYPE_CHECKING:
-    from onnxscript_ep_passes.lowering.context import DowngradeContext
 
 # A value of the body: (-1, i) is the node's input i; (j, k) is output k of body node j.
 _Ref = tuple[int, int]
@@ -76,7 +73,7 @@ class BodyTemplate:
     @classmethod
     def from_proto(
         cls,
-        ctx: DowngradeContext,
+        ctx: BodySite,
         proto: onnx.FunctionProto,
         opset: int,
         attributes: dict[str, ir.Attr],
@@ -106,7 +103,7 @@ class BodyTemplate:
         outputs = [refs.get(out) for out in function.outputs[:node_outputs]]
         return cls(opset, nodes, outputs, proto.output)
 
-    def insert(self, ctx: DowngradeContext) -> tuple[list[ir.Node], list[ir.Value | None]]:
+    def insert(self, ctx: BodySite) -> tuple[list[ir.Node], list[ir.Value | None]]:
         """Build the body before ``ctx.node``; return the nodes and the node's output values.
 
         With recorded types, a body node reading an input of the node that holds a small
@@ -167,9 +164,7 @@ class BodyTemplate:
         self._types = tuple(types)
 
 
-def bind_references(
-    ctx: DowngradeContext, inner: ir.Node, attributes: dict[str, ir.Attr]
-) -> list[ir.Attr]:
+def bind_references(ctx: BodySite, inner: ir.Node, attributes: dict[str, ir.Attr]) -> list[ir.Attr]:
     """Body node ``inner``'s attributes, references bound to ``attributes`` (unbound dropped).
 
     A subgraph attribute is refused.

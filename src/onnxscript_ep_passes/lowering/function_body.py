@@ -30,13 +30,14 @@ __all__ = [
 ]
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import onnx
 import onnx_ir as ir
 
-from onnxscript_ep_passes._onnx import built_outputs, schema_function_body
+from onnxscript_ep_passes.core.onnx_utils import built_outputs, schema_function_body
 from onnxscript_ep_passes.lowering import body_cache, schemas
+from onnxscript_ep_passes.lowering.body_site import BodySite
 from onnxscript_ep_passes.lowering.body_template import (
     BodyTemplate,
     bind_references,
@@ -44,11 +45,8 @@ from onnxscript_ep_passes.lowering.body_template import (
 )
 from onnxscript_ep_passes.lowering.types import value_type_proto
 
-if TYPE_CHECKING:
-    from onnxscript_ep_passes.lowering.context import DowngradeContext
 
-
-def function_body(ctx: DowngradeContext, body_version: int | None = None) -> onnx.FunctionProto:
+def function_body(ctx: BodySite, body_version: int | None = None) -> onnx.FunctionProto:
     """The FunctionProto ONNX defines for ``ctx.node`` at its schema version.
 
     ``body_version`` asks for the body ONNX writes for that opset instead (see
@@ -80,7 +78,7 @@ def function_body(ctx: DowngradeContext, body_version: int | None = None) -> onn
     return function
 
 
-def _prune_unbuilt_outputs(ctx: DowngradeContext, function: onnx.FunctionProto) -> None:
+def _prune_unbuilt_outputs(ctx: BodySite, function: onnx.FunctionProto) -> None:
     """Drop the trailing outputs the body declares but does not build (see _check_outputs_built)."""
     names = built_outputs(function)
     _check_outputs_built(ctx, names)
@@ -88,7 +86,7 @@ def _prune_unbuilt_outputs(ctx: DowngradeContext, function: onnx.FunctionProto) 
     function.output.extend(names)
 
 
-def _check_outputs_built(ctx: DowngradeContext, names: Sequence[str]) -> None:
+def _check_outputs_built(ctx: BodySite, names: Sequence[str]) -> None:
     """Each output the node uses must be built by the body, and none skipped in the middle."""
     for index, value in enumerate(ctx.node.outputs):
         built = index < len(names) and names[index]
@@ -113,7 +111,7 @@ def bound_attributes(node: ir.Node, version: int) -> dict[str, ir.Attr]:
 
 
 def copy_body_node(
-    ctx: DowngradeContext,
+    ctx: BodySite,
     inner: ir.Node,
     mapping: dict[ir.Value, ir.Value | None],
     attributes: dict[str, ir.Attr],
@@ -140,9 +138,7 @@ def copy_body_node(
     return new
 
 
-def expand_function_body(
-    ctx: DowngradeContext, body_version: int | None = None
-) -> list[ir.Value | None]:
+def expand_function_body(ctx: BodySite, body_version: int | None = None) -> list[ir.Value | None]:
     """Insert the node's function body before it; return the values for its outputs.
 
     ``body_version``: as for :func:`function_body`. A node whose signature was expanded

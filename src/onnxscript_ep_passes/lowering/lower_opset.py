@@ -56,7 +56,7 @@ from typing import TypeVar, overload
 import onnx
 import onnx_ir as ir
 
-from onnxscript_ep_passes.display import shown
+from onnxscript_ep_passes.core.display import shown
 from onnxscript_ep_passes.errors import DowngradeError, Refusal, built_node_reason
 from onnxscript_ep_passes.lowering import context, schemas, work
 from onnxscript_ep_passes.lowering.context import DowngradeContext, NodeNames, NodeRefusedError

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 import onnx
 import onnx_ir as ir
 
-from onnxscript_ep_passes._onnx import walk
+from onnxscript_ep_passes.core.onnx_utils import walk
 from onnxscript_ep_passes.lowering import schemas
 
 

@@ -41,8 +41,8 @@ import logging
 import onnx
 import onnx_ir as ir
 
-from onnxscript_ep_passes._onnx import type_string
-from onnxscript_ep_passes.display import shown
+from onnxscript_ep_passes.core.display import shown
+from onnxscript_ep_passes.core.onnx_utils import type_string
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.context import DowngradeContext, NodeNames, NodeRefusedError
 from onnxscript_ep_passes.lowering.lower_opset import (

@@ -36,7 +36,7 @@ from typing import Any, Literal
 import onnx
 import onnx.defs
 
-from onnxscript_ep_passes._onnx import get_schema, type_string
+from onnxscript_ep_passes.core.onnx_utils import get_schema, type_string
 
 DEFAULT_DOMAINS = frozenset({"", "ai.onnx"})
 

@@ -44,7 +44,7 @@ import onnx.numpy_helper
 import onnx.shape_inference
 import onnx_ir as ir
 
-from onnxscript_ep_passes._onnx import iter_graphs
+from onnxscript_ep_passes.core.onnx_utils import iter_graphs
 from onnxscript_ep_passes.lowering import schemas
 
 logger = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ Rules:
 
 * The scopes (:func:`scopes`) are the main graph and each model-local function whose
   ai.onnx opset is above the target. :func:`visits` lists, scope by scope and in
-  :func:`walk` order (:func:`onnxscript_ep_passes._onnx.walk`, shared with the EP search:
+  :func:`walk` order (:func:`onnxscript_ep_passes.core.onnx_utils.walk`, shared with the EP search:
   onnx-ir's ``RecursiveGraphIterator`` order without a generator per node), only the
   default-domain nodes a step may apply to (:func:`stepping_nodes`): those whose schema
   at their opset is newer than the target, and those with no schema (carried or refused
@@ -45,7 +45,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import onnx_ir as ir
 
-from onnxscript_ep_passes._onnx import walk
+from onnxscript_ep_passes.core.onnx_utils import walk
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.opset_imports import default_opset
 from onnxscript_ep_passes.lowering.registry import AdapterRegistry

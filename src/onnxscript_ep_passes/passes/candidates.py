@@ -7,7 +7,7 @@
   its relation to the model, and (when kept) its model.
 - :class:`CandidateSearch`: the candidates of one model on one kernel table, priced as
   they are added: plain ones on the working copy, legalized ones on the working copy
-  legalized in place and then put back (:mod:`~onnxscript_ep_passes._checkpoint`), so
+  legalized in place and then put back (:mod:`~onnxscript_ep_passes.core.checkpoint`), so
   the search holds one copy of the model whatever the number of candidates.
 - :func:`measure_candidates`: with ``measure``, the candidates worth running (the best
   few by estimate, one per distinct estimate, plus the source, the best plain and the
@@ -32,10 +32,10 @@ import logging
 
 import onnx_ir as ir
 
-from onnxscript_ep_passes._checkpoint import EditLog
-from onnxscript_ep_passes._collector import collect_young
-from onnxscript_ep_passes._copies import Correspondence, copy_with_origins
-from onnxscript_ep_passes._onnx import walk
+from onnxscript_ep_passes.core.checkpoint import EditLog
+from onnxscript_ep_passes.core.collector import collect_young
+from onnxscript_ep_passes.core.copies import Correspondence, copy_with_origins
+from onnxscript_ep_passes.core.onnx_utils import walk
 from onnxscript_ep_passes.ep.cost import CandidateRank, candidate_rank, placement_cost, undominated
 from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
@@ -110,7 +110,7 @@ class CandidateSearch:
     ) -> None:
         """Legalize ``work`` (the model ``plain`` was predicted on) in place, record the
         candidate, and put ``work`` back as it was: the edits are logged and undone
-        (:class:`~onnxscript_ep_passes._checkpoint.EditLog`), not the model recorded."""
+        (:class:`~onnxscript_ep_passes.core.checkpoint.EditLog`), not the model recorded."""
         log = EditLog()
         try:
             ordered = [n for n in walk(work.graph)[0] if n in built]

@@ -20,7 +20,7 @@ rewrites such nodes, at the model's opset, when that moves work onto the EP. Rul
    (:func:`~onnxscript_ep_passes.ep.cost.placement_cost`). The fallback nodes of one op
    type are tried together first; when that does not pay, up to ``_MAX_SINGLE_TRIES`` of
    them one by one. A trial is made on the model itself and undone when it does not pay,
-   or when anything fails while it is priced (:mod:`~onnxscript_ep_passes._checkpoint`:
+   or when anything fails while it is priced (:mod:`~onnxscript_ep_passes.core.checkpoint`:
    no copy of the model is made); :class:`LegalizeForEpPass` likewise leaves the model as
    it was when legalizing it fails. Kept expansions may expose new candidates (a body
    node that is a function op): the search repeats until nothing more is kept.
@@ -59,8 +59,9 @@ from typing import Literal
 
 import onnx_ir as ir
 
-from onnxscript_ep_passes._checkpoint import EditLog, checkpoint
-from onnxscript_ep_passes._collector import collect_young
+from onnxscript_ep_passes.core.checkpoint import EditLog, checkpoint
+from onnxscript_ep_passes.core.collector import collect_young
+from onnxscript_ep_passes.core.progress import track
 from onnxscript_ep_passes.ep.cost import PlacementCost, placement_cost
 from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
@@ -77,7 +78,6 @@ from onnxscript_ep_passes.lowering.expansion import expand_node, function_body_v
 from onnxscript_ep_passes.lowering.lower_opset import default_opset
 from onnxscript_ep_passes.passes.static_shapes import fold_static_shapes
 from onnxscript_ep_passes.passes.widen_bool import bool_components, widen_carrier, widen_node
-from onnxscript_ep_passes.progress import track
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ Rules the pass follows:
    ORT tracking issue) and one DEBUG line counting the nodes still predicted on CPU, per
    op, version, reason and whether they are shape math (the result is not a fault: no
    WARNING). Per-node lines (decisions) are DEBUG. Model strings are escaped
-   (:func:`~onnxscript_ep_passes.display.shown`). On a terminal, a progress bar runs over
+   (:func:`~onnxscript_ep_passes.core.display.shown`). On a terminal, a progress bar runs over
    the candidate opsets and legalization trials.
 6. **Legalization** (``legalize=True``, the default): no opset choice helps a node whose op
    the EP has no kernel for at any version. So each candidate opset also gets a legalized
@@ -32,7 +32,7 @@ Rules the pass follows:
    lowering (as the lowering reports them) have their static shape math folded, and
    whose remaining fallback nodes are expanded through their ONNX function bodies where
    that lowers the predicted cost; it is predicted and priced, then put back as it was
-   (:mod:`~onnxscript_ep_passes._checkpoint`), so the search holds one copy of the model.
+   (:mod:`~onnxscript_ep_passes.core.checkpoint`), so the search holds one copy of the model.
    All candidates, plain and legalized, compete on one rank
    (:func:`~onnxscript_ep_passes.ep.cost.candidate_rank`): the cost, then fewer of the
    model's nodes replaced (by the lowering's adapters, or by legalization's expansions:
@@ -46,7 +46,7 @@ Rules the pass follows:
    (``lower``, ``expand`` or ``cpu``, with the reason; :mod:`.choice_decisions`) in
    :attr:`EpLoweringChoice.decisions`, logged at DEBUG (rule 5 counts them at INFO).
 7. Nodes of the copies are related to the model's by structure when a copy is made
-   (:mod:`~onnxscript_ep_passes._copies`), never by name. The pass's result is an
+   (:mod:`~onnxscript_ep_passes.core.copies`), never by name. The pass's result is an
    :class:`EpLoweringResult` holding the choice.
 8. **Measuring** (``measure=True``, :mod:`.candidates`): the best few candidates by
    estimate, the source, the best plain and the best legalized one run in real ORT
@@ -73,9 +73,10 @@ import os
 
 import onnx_ir as ir
 
-from onnxscript_ep_passes._collector import freeze_young, frozen_heap, paused_collector
-from onnxscript_ep_passes._copies import adopt, copy_with_origins
-from onnxscript_ep_passes.display import shown
+from onnxscript_ep_passes.core.collector import freeze_young, frozen_heap, paused_collector
+from onnxscript_ep_passes.core.copies import adopt, copy_with_origins
+from onnxscript_ep_passes.core.display import shown
+from onnxscript_ep_passes.core.progress import track
 from onnxscript_ep_passes.ep.cost import (
     PlacementCost,
     best_candidate,
@@ -103,8 +104,7 @@ from onnxscript_ep_passes.passes.candidates import (
 )
 from onnxscript_ep_passes.passes.choice_decisions import choice_decisions
 from onnxscript_ep_passes.passes.legalize import LegalizationDecision
-from onnxscript_ep_passes.progress import track
-from onnxscript_ep_passes.verdict import Figures, verdict
+from onnxscript_ep_passes.reports.verdict import Figures, verdict
 
 logger = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ class EpLoweringChoice:
     def summary(self, model: str | None = None) -> str:
         """The verdict line, e.g. ``opset 24 -> 21 on WebGPU (ORT 1.32, live table):
         Memcpy 23 -> 3 (582.3 kB -> 17.0 kB per run), CPU compute 18.1 MFLOP -> 18.4 kFLOP;
-        fall back 7 -> 1, shape math on CPU 26 -> 42`` (:mod:`~onnxscript_ep_passes.verdict`);
+        fall back 7 -> 1, shape math on CPU 26 -> 42`` (:mod:`~onnxscript_ep_passes.reports.verdict`);
         ``model`` prefixes it with the model's name."""
         return verdict(
             ep=self.ep,
@@ -219,7 +219,7 @@ class EpLoweringChoice:
         )
 
 
-@paused_collector()  # each candidate collects what it left (:mod:`.._collector`)
+@paused_collector()  # each candidate collects what it left (:mod:`~onnxscript_ep_passes.core.collector`)
 @frozen_heap()  # ... and no collection scans the model or the working copy
 def _search(
     model: ir.Model,

@@ -16,7 +16,7 @@ A function-body expansion (or a lowering) computes shapes at run time (``Shape``
    (``ConstantOfShape``, ``Expand``, ``Tile``, ``Range``) from those values. Graph outputs and ``Constant`` nodes are left alone. This is exact, given the
    model's declared static dimensions.
 3. Nodes among those given that are left without a use are removed.
-4. Given an :class:`~onnxscript_ep_passes._checkpoint.EditLog`, every edit is made
+4. Given an :class:`~onnxscript_ep_passes.core.checkpoint.EditLog`, every edit is made
    through it, so that it can undo the folding (the EP search folds its working copy,
    predicts, and puts it back) without a checkpoint of the whole model.
 
@@ -41,7 +41,7 @@ import onnx.helper
 import onnx.reference
 import onnx_ir as ir
 
-from onnxscript_ep_passes._checkpoint import EditLog
+from onnxscript_ep_passes.core.checkpoint import EditLog
 from onnxscript_ep_passes.ep.shapes import small_constant
 from onnxscript_ep_passes.lowering import schemas
 

@@ -35,7 +35,7 @@ __all__ = ["CARRIERS", "WIDENABLE_OPS", "bool_components", "widen_carrier", "wid
 import numpy as np
 import onnx_ir as ir
 
-from onnxscript_ep_passes._onnx import get_schema
+from onnxscript_ep_passes.core.onnx_utils import get_schema
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.shapes import small_constant
 from onnxscript_ep_passes.lowering import schemas

@@ -31,7 +31,7 @@ from onnxscript_ep_passes.ep.profiles import (
 )
 from onnxscript_ep_passes.ep.profiles.base import generic_profile, register
 from onnxscript_ep_passes.ep.traits import EpTraits
-from onnxscript_ep_passes.verdict import ep_display_name
+from onnxscript_ep_passes.reports.verdict import ep_display_name
 
 _SRC = Path(onnxscript_ep_passes.__file__).resolve().parent
 

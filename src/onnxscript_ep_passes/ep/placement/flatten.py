@@ -33,7 +33,7 @@ import onnx
 import onnx.defs
 import onnx_ir as ir
 
-from onnxscript_ep_passes._onnx import (
+from onnxscript_ep_passes.core.onnx_utils import (
     attributes_key,
     built_outputs,
     get_schema,

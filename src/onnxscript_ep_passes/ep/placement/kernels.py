@@ -38,7 +38,7 @@ import onnx.helper
 import onnx.shape_inference
 import onnx_ir as ir
 
-from onnxscript_ep_passes._onnx import attributes_key
+from onnxscript_ep_passes.core.onnx_utils import attributes_key
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.memo import BoundedCache
 from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatValue

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 __all__ = ["LAYOUT_AGNOSTIC_OPS", "apply_layout_transform"]
 
-from onnxscript_ep_passes._onnx import get_schema
+from onnxscript_ep_passes.core.onnx_utils import get_schema
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatScope, FlatValue
 from onnxscript_ep_passes.ep.placement.kernels import decide_kernel

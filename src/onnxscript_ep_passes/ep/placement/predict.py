@@ -160,7 +160,7 @@ def _records(order: list[FlatNode]) -> tuple[NodePlacement, ...]:
 def _release(scopes: list[FlatScope]) -> None:
     """Break the flat graph's cycles (a value's producer and consumers point back at the
     nodes that point at it), so it is freed as soon as it is dropped, not by a scan of the
-    whole heap (:mod:`~onnxscript_ep_passes._collector`)."""
+    whole heap (:mod:`~onnxscript_ep_passes.core.collector`)."""
     for scope in scopes:
         for value in scope.values:
             value.producer = None

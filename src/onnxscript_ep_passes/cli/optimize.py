@@ -1,0 +1,111 @@
+"""The ``optimize`` subcommand's arguments and work (the command itself is in cli.py).
+
+:func:`add_arguments` declares its options; :func:`run` loads the model, runs
+:class:`~onnxscript_ep_passes.pipeline.OptimizeForEpPass`, saves the result, writes
+``--report-json`` after it, atomically (validated by :func:`report_schema`, the JSON
+Schema shipped as ``optimize_report.schema.json``) and returns the lines to show: the
+verdict (:meth:`~onnxscript_ep_passes.pipeline.OptimizeForEpPass.summary`), then, with
+``-v``, one per fusion tried and (``--measure``) one per candidate measured, predicted vs
+measured; then the output written. The command checks the paths before calling it
+(:mod:`~onnxscript_ep_passes.cli.files`).
+"""
+
+from __future__ import annotations
+
+__all__ = ["add_arguments", "report_schema", "run"]
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from onnxscript_ep_passes.cli.options import (
+    dims_value,
+    ep_value,
+    opset_value,
+    ort_version_value,
+    path_value,
+    positive_int,
+)
+
+
+def report_schema() -> dict[str, Any]:
+    """The JSON Schema of ``optimize --report-json`` (``OptimizeForEpPass.report()``)."""
+    from onnxscript_ep_passes.reports.report import package_schema
+
+    return package_schema("optimize_report.schema.json")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", type=path_value, help="input .onnx file")
+    parser.add_argument("-o", "--output", required=True, type=path_value, help="output .onnx file")
+    ep_help = "webgpu, cuda, dml, or an ORT EP name"
+    parser.add_argument("--ep", required=True, type=ep_value, help=ep_help)
+    version_help = "the ORT release the model will run on"
+    parser.add_argument("--ort-version", type=ort_version_value, help=version_help)
+    target_help = "lower to this opset, not the best"
+    parser.add_argument("--target-opset", type=opset_value, help=target_help)
+    parser.add_argument("--no-legalize", action="store_true", help="never expand nodes")
+    parser.add_argument("--no-fuse", action="store_true", help="no com.microsoft fusions")
+    parser.add_argument(
+        "--max-length",
+        type=positive_int,
+        default=4096,
+        help="longest past + current sequence a fused attention must support (default 4096)",
+    )
+    measure_help = (
+        "run the fused and the unfused model in real ORT sessions on the EP (and the "
+        "lowering's best opsets); keep the fastest (the EP must be loadable here)"
+    )
+    parser.add_argument("--measure", action="store_true", help=measure_help)
+    dims_help = "sizes of symbolic dimensions for estimates and measured runs (NAME=SIZE,...)"
+    parser.add_argument("--dims", metavar="NAME=SIZE,...", type=dims_value, help=dims_help)
+    report_help = "write what was fused (JSON) to this file"
+    parser.add_argument("--report-json", metavar="FILE", type=path_value, help=report_help)
+    padding_help = (
+        "keep a fusion that equals the unfused model at every position attention_mask keeps "
+        "even where it differs at padding positions (default: every position must agree)"
+    )
+    parser.add_argument("--allow-padding-differences", action="store_true", help=padding_help)
+    lowest_help = "weigh no opset below N (default 18): a faster search (see lower --help)"
+    parser.add_argument("--lowest-opset", metavar="N", type=opset_value, help=lowest_help)
+
+
+def run(args: argparse.Namespace) -> list[str]:
+    """Load, optimize and save the model, then write ``--report-json``; return the lines
+    to show."""
+    from onnxscript_ep_passes.cli.files import write_report
+    from onnxscript_ep_passes.ep.dims import parse_dims
+    from onnxscript_ep_passes.model_files.io import (
+        check_output_path,
+        data_files,
+        load_model,
+        save_model,
+    )
+    from onnxscript_ep_passes.model_files.paths import check_not_weights
+    from onnxscript_ep_passes.pipeline import OptimizeForEpPass
+
+    model = load_model(args.model)
+    check_output_path(model, args.output)
+    inputs = [Path(args.model), *data_files(model)]
+    check_not_weights({"--report-json": args.report_json}, inputs[1:])
+    pipeline = OptimizeForEpPass(
+        args.ep,
+        args.ort_version,
+        args.target_opset,
+        legalize=not args.no_legalize,
+        fuse=not args.no_fuse,
+        max_length=args.max_length,
+        dims=parse_dims(args.dims),
+        measure=args.measure,
+        lowest_opset=args.lowest_opset,
+        allow_padding_differences=args.allow_padding_differences,
+    )
+    pipeline(model)
+    save_model(model, args.output)
+    report = pipeline.report() if args.report_json else None
+    write_report(args.report_json, report, inputs, indent=1)
+    lines = [pipeline.summary(Path(args.model).name)]
+    if args.verbose:
+        lines += [f"fusion {r.summary()}" for r in pipeline.fusions]
+        lines += [f"candidate {c.summary()}" for c in pipeline.candidates]
+    return [*lines, f"wrote {args.output}"]

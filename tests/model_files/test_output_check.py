@@ -1,0 +1,65 @@
+"""The check every written graph passes before it is moved into place (output_check.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import pytest
+from onnx import TensorProto, numpy_helper
+
+from onnxscript_ep_passes.model_files.output_check import check_output
+from tests.harness import make_model
+
+X = oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+Y = oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
+
+
+def _external(tmp_path: Path) -> onnx.ModelProto:
+    """y = SimplifiedLayerNormalization(x @ w, scale): an ORT op in the ai.onnx domain
+    (no ONNX schema), w and scale in a data file, w also read inside an If branch."""
+    w = numpy_helper.from_array(np.eye(4, dtype=np.float32), "w")
+    scale = numpy_helper.from_array(np.ones(4, np.float32), "scale")
+    out = oh.make_tensor_value_info("b", TensorProto.FLOAT, [2, 4])
+    branch = oh.make_graph([oh.make_node("MatMul", ["x", "w"], ["b"])], "branch", [], [out])
+    cond = oh.make_tensor_value_info("c", TensorProto.BOOL, [])
+    nodes = [
+        oh.make_node("If", ["c"], ["h"], then_branch=branch, else_branch=branch),
+        oh.make_node("SimplifiedLayerNormalization", ["h", "scale"], ["y"], name="norm"),
+    ]
+    model = make_model(nodes, [X, cond], [Y], 24, initializers=[w, scale])
+    onnx.save(model, tmp_path / "m.onnx", save_as_external_data=True, size_threshold=0)
+    return onnx.load(tmp_path / "m.onnx", load_external_data=False)
+
+
+def test_ort_ops_and_external_data_pass_and_the_model_is_untouched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proto = _external(tmp_path)
+    before = proto.SerializeToString()
+    monkeypatch.chdir(tmp_path.parent)  # the checker, given bytes, looks in the cwd
+    check_output(proto, tmp_path / "out.onnx")
+    assert proto.SerializeToString() == before
+    with pytest.raises(onnx.checker.ValidationError):  # what the check sets aside
+        onnx.checker.check_model(proto, full_check=True)
+
+
+def test_a_model_the_checker_refuses_is_refused_in_one_line(tmp_path: Path) -> None:
+    w = numpy_helper.from_array(np.ones((3, 4), np.float32), "w")  # x is [2, 4]: no MatMul
+    model = make_model([oh.make_node("MatMul", ["x", "w"], ["y"])], [X], [Y], 24, initializers=[w])
+    with pytest.raises(ValueError, match="Incompatible dimensions") as error:
+        check_output(model, tmp_path / "o.onnx")
+    message = str(error.value)
+    assert message.startswith(f"refusing to write '{tmp_path / 'o.onnx'}'") and "\n" not in message
+    assert message.endswith("nothing was written")
+
+
+@pytest.mark.parametrize("kind", ["input", "output"])
+def test_a_model_input_or_output_without_shape_is_named(tmp_path: Path, kind: str) -> None:
+    shapeless = oh.make_tensor_value_info(kind[0], TensorProto.FLOAT, None)
+    inputs, outputs = ([shapeless], [Y]) if kind == "input" else ([X], [shapeless])
+    node = oh.make_node("Relu", [inputs[0].name], [outputs[0].name])
+    with pytest.raises(ValueError, match=f"{kind} '{kind[0]}' of graph 'test_graph' has no shape"):
+        check_output(make_model([node], inputs, outputs, 24), tmp_path / "o.onnx")
