@@ -112,3 +112,12 @@ def test_the_adapter_registry_is_complete_on_import() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split()
     assert int(out[0]) > 20 and out[1] == "True", out
+
+
+def test_the_root_holds_at_most_six_modules() -> None:
+    """The package's folders show its jobs: the root keeps a few modules, the rest live in
+    packages (command line, core, model files, reports, EP knowledge, lowering, fusion)."""
+    root = sorted(
+        p.name for p in _ROOT.glob("*.py") if p.name not in {"__init__.py", "__main__.py"}
+    )
+    assert len(root) <= 6, root
