@@ -47,9 +47,9 @@ PHASES = (
     ("ep.cost", "placement_cost", "price"),
     ("lowering.lower_opset", "run_lowering", "lower"),
     ("passes.static_shapes", "fold_static_shapes", "fold"),
-    ("_checkpoint", "checkpoint", "checkpoint"),
-    ("_collector", "collect_young", "collect"),
-    ("_copies", "copy_with_origins", "clone"),
+    ("core.checkpoint", "checkpoint", "checkpoint"),
+    ("core.collector", "collect_young", "collect"),
+    ("core.copies", "copy_with_origins", "clone"),
 )
 
 
@@ -80,7 +80,7 @@ def _child(path: str, ep: str, ort_version: str | None) -> dict[str, Any]:
         return wrapper
 
     lower_for_ep = importlib.import_module(f"{PKG}.passes.lower_for_ep")
-    checkpoints = importlib.import_module(f"{PKG}._checkpoint")
+    checkpoints = importlib.import_module(f"{PKG}.core.checkpoint")
     lower_opset = importlib.import_module(f"{PKG}.lowering.lower_opset")
     table_choice = importlib.import_module(f"{PKG}.ep.table_choice")
     plain_lowering = lower_opset.run_lowering
