@@ -24,7 +24,7 @@ reason (fine while only its shape is used) or a refusal.
 
 from __future__ import annotations
 
-__all__ = ["concat_pieces", "cumsum_val", "slice_val"]
+__all__ = ["concat_pieces", "cumsum_val", "reshape_keeps", "slice_val"]
 
 from collections.abc import Sequence
 
@@ -146,3 +146,19 @@ def cumsum_val(data: Val, axis: int, exclusive: bool, reverse: bool) -> Val:
         position = field.dims[a] - ONE - position
     count = position if exclusive else position + ONE
     return Val(field.dims, count.scale(field.elem.const))
+
+
+def reshape_keeps(dims: tuple[Lin, ...], target: tuple[Lin, ...], allowzero: int) -> bool:
+    """Whether Reshape to ``target`` keeps ``dims``: equal item by item, where a ``0``
+    (without ``allowzero``) copies the dim and one ``-1`` stands for the one dim left (the
+    element count is the same, so it is that dim)."""
+    if len(target) != len(dims):
+        return False
+    unmatched = 0
+    for dim, item in zip(dims, target):
+        if item == dim or (item == Lin.of(0) and not allowzero):
+            continue
+        if item != Lin.of(-1):
+            return False
+        unmatched += 1
+    return unmatched <= 1

@@ -20,11 +20,11 @@ Rules:
   Bounds: ``B >= 1``, ``S >= 1``, ``P >= 0`` and ``P + S <= max_length`` (the fused node's
   limit: its rotary caches have ``max_length`` rows).
 - **Values.** Each tensor is a function of its own coordinates ``x0, x1, ...``: shape
-  arithmetic (Shape, Squeeze, Unsqueeze, Concat, Reshape to 1-D or to the same shape
-  (``0`` copying a dim, one ``-1`` for the dim left), Gather, Cast, Add, Sub,
-  Mul by a constant, Max/Min that the bounds decide) is linear in the sizes; ``Range(a, n,
-  1)`` is ``a + x0``; broadcasting binds coordinates; comparisons (``LessOrEqual``,
-  ``Less``, ``Greater``, ``GreaterOrEqual``, ``Equal``) give linear atoms;
+  arithmetic (Shape, Squeeze, Unsqueeze, Concat, Reshape to 1-D or keeping the shape,
+  Gather, Cast, Add, Sub, Mul by a constant, Max/Min that the bounds decide) is linear in
+  the sizes; ``Range(a, n, 1)`` is ``a + x0``; broadcasting binds coordinates;
+  comparisons (``LessOrEqual``, ``Less``, ``Greater``, ``GreaterOrEqual``, ``Equal``) give
+  linear atoms;
   ``And``/``Not``/``Where``/``Trilu``/``Expand``/``ConstantOfShape`` combine them;
   ``GatherND(Cast(attention_mask, bool), [b, j])`` is the padding atom. A float mask is
   accepted only as ``Where(allowed, 0, -inf or the lowest float)``.
@@ -49,13 +49,17 @@ from __future__ import annotations
 __all__ = ["prove_causal_mask"]
 
 import logging
-import re
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx_ir as ir
 
-from onnxscript_ep_passes.fusion.mask_pieces import concat_pieces, cumsum_val, slice_val
+from onnxscript_ep_passes.fusion.mask_pieces import (
+    concat_pieces,
+    cumsum_val,
+    reshape_keeps,
+    slice_val,
+)
 from onnxscript_ep_passes.fusion.mask_terms import (
     COMPARE,
     ONE,
@@ -80,6 +84,7 @@ from onnxscript_ep_passes.fusion.mask_terms import (
     const_axes,
     const_val,
     describe_mismatch,
+    handler_name,
     has_past_input,
     is_lowest,
     map_elem,
@@ -91,10 +96,6 @@ from onnxscript_ep_passes.fusion.mask_terms import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-def _snake(op_type: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z][a-z])", "_", op_type).lower()
 
 
 class _Interpreter:
@@ -117,7 +118,7 @@ class _Interpreter:
         node = value.producer()
         if node is None:
             return self._input(value)
-        handler = getattr(self, "op_" + _snake(node.op_type), None)
+        handler = getattr(self, handler_name(node.op_type), None)
         if node.domain not in ("", "ai.onnx") or handler is None:
             raise refuse(f"{node.op_type} node {node.name!r} is not modelled")
         if value is not node.outputs[0]:
@@ -255,25 +256,9 @@ class _Interpreter:
         x, shape = self._arg(inputs, 0), as_vec(self._arg(inputs, 1))
         if len(shape.items) == 1 and shape.items[0] in (Lin.of(-1), ONE) and len(x.dims) <= 1:
             return Val((ONE,), Vec(as_vec(x).items))
-        if self._same_shape(x.dims, shape.items, node.attributes.get_int("allowzero", 0)):
+        if reshape_keeps(x.dims, shape.items, node.attributes.get_int("allowzero", 0)):
             return x
         raise refuse("Reshape other than a no-op or to a 1-element vector")
-
-    @staticmethod
-    def _same_shape(dims: tuple[Lin, ...], target: tuple[Lin, ...], allowzero: int) -> bool:
-        """Whether Reshape to ``target`` keeps ``dims``: equal item by item, where a ``0``
-        (without ``allowzero``) copies the dim and one ``-1`` stands for the one dim left
-        (the element count is the same, so it is that dim)."""
-        if len(target) != len(dims):
-            return False
-        unmatched = 0
-        for dim, item in zip(dims, target):
-            if item == dim or (item == Lin.of(0) and not allowzero):
-                continue
-            if item != Lin.of(-1):
-                return False
-            unmatched += 1
-        return unmatched <= 1
 
     def op_slice(self, node: ir.Node, inputs: list) -> Val:
         starts, ends = (as_vec(self._arg(inputs, i)).items for i in (1, 2))
