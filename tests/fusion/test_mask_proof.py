@@ -266,3 +266,38 @@ def test_packed_sequences_given_as_position_ids_are_refused() -> None:
     model = _model(*_packed("input"))
     reason = "it depends on the values of input 'position_ids', not only on sizes and padding"
     _proven_or_refused(model, model.graph.node(-1), False, reason)
+
+
+@pytest.mark.parametrize(
+    ("target", "proven"),
+    [("batch_minus1", True), ("zero_minus1", True), ("minus1_batch", False)],
+)
+def test_a_reshape_that_keeps_the_masks_shape_is_read_as_a_no_op(target: str, proven: bool) -> None:
+    # GPT-2 spells ``attention_mask.view(batch, -1)``: Reshape to [B, -1] of a [B, T]
+    # mask keeps it as it is (so does [0, -1]); [-1, B] makes it a column: refused.
+    pieces = {
+        "batch_minus1": ["batch", "minus1"],
+        "zero_minus1": ["zero1", "minus1"],
+        "minus1_batch": ["minus1", "batch"],
+    }[target]
+    nodes, inits = _positions("LessOrEqual")
+    nodes = [
+        helper.make_node("Shape", ["attention_mask"], ["batch"], start=0, end=1),
+        helper.make_node("Concat", pieces, ["target"], axis=0),
+        helper.make_node("Reshape", ["attention_mask", "target"], ["am_view"]),
+        *(
+            helper.make_node(n.op_type, ["am_view"], list(n.output), to=TensorProto.BOOL)
+            if n.op_type == "Cast"
+            else n
+            for n in nodes
+        ),
+    ]
+    inits += [_i64("minus1", [-1]), _i64("zero1", [0])]
+    model = _model(nodes, inits)
+    mask = model.graph.node(-1).inputs[3]
+    assert mask is not None
+    if proven:
+        prove_causal_mask(model, mask, max_length=4096)
+    else:
+        with pytest.raises(RefusedError, match="Reshape other than a no-op"):
+            prove_causal_mask(model, mask, max_length=4096)

@@ -20,7 +20,8 @@ Rules:
   Bounds: ``B >= 1``, ``S >= 1``, ``P >= 0`` and ``P + S <= max_length`` (the fused node's
   limit: its rotary caches have ``max_length`` rows).
 - **Values.** Each tensor is a function of its own coordinates ``x0, x1, ...``: shape
-  arithmetic (Shape, Squeeze, Unsqueeze, Concat, Reshape to 1-D, Gather, Cast, Add, Sub,
+  arithmetic (Shape, Squeeze, Unsqueeze, Concat, Reshape to 1-D or to the same shape
+  (``0`` copying a dim, one ``-1`` for the dim left), Gather, Cast, Add, Sub,
   Mul by a constant, Max/Min that the bounds decide) is linear in the sizes; ``Range(a, n,
   1)`` is ``a + x0``; broadcasting binds coordinates; comparisons (``LessOrEqual``,
   ``Less``, ``Greater``, ``GreaterOrEqual``, ``Equal``) give linear atoms;
@@ -254,9 +255,25 @@ class _Interpreter:
         x, shape = self._arg(inputs, 0), as_vec(self._arg(inputs, 1))
         if len(shape.items) == 1 and shape.items[0] in (Lin.of(-1), ONE) and len(x.dims) <= 1:
             return Val((ONE,), Vec(as_vec(x).items))
-        if shape.items == x.dims:
+        if self._same_shape(x.dims, shape.items, node.attributes.get_int("allowzero", 0)):
             return x
         raise refuse("Reshape other than a no-op or to a 1-element vector")
+
+    @staticmethod
+    def _same_shape(dims: tuple[Lin, ...], target: tuple[Lin, ...], allowzero: int) -> bool:
+        """Whether Reshape to ``target`` keeps ``dims``: equal item by item, where a ``0``
+        (without ``allowzero``) copies the dim and one ``-1`` stands for the one dim left
+        (the element count is the same, so it is that dim)."""
+        if len(target) != len(dims):
+            return False
+        unmatched = 0
+        for dim, item in zip(dims, target):
+            if item == dim or (item == Lin.of(0) and not allowzero):
+                continue
+            if item != Lin.of(-1):
+                return False
+            unmatched += 1
+        return unmatched <= 1
 
     def op_slice(self, node: ir.Node, inputs: list) -> Val:
         starts, ends = (as_vec(self._arg(inputs, i)).items for i in (1, 2))
