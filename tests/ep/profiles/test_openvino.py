@@ -213,19 +213,3 @@ def test_the_verdict_says_the_table_is_transcribed(
     assert main(["report", str(path), "--ep", "cuda", "--ort-version", "1.24", "--no-run"]) == 0
     cuda_line = capsys.readouterr().out.splitlines()[0]
     assert "Memcpy 2" in cuda_line and "transcribed" not in cuda_line, cuda_line
-
-
-def test_a_session_runs_on_openvino_where_the_wheel_is_installed() -> None:
-    loads, why = OPENVINO.loadable()
-    if not loads:
-        pytest.skip(why)
-    import onnxruntime as ort
-
-    model = _relu_det_neg()
-    so = ort.SessionOptions()
-    providers = OPENVINO.session_providers(so, {})
-    assert providers is not None and providers[0] == (OPENVINO.ort_name, {"device_type": "CPU"})
-    session = ort.InferenceSession(model.SerializeToString(), so, providers=providers)
-    x = np.random.default_rng(1).standard_normal((2, 3, 3)).astype(np.float32)
-    (y,) = session.run(None, {"x": x})
-    np.testing.assert_allclose(y, -np.linalg.det(np.maximum(x, 0)), rtol=1e-4, atol=1e-5)
