@@ -21,6 +21,7 @@ from __future__ import annotations
 __all__ = [
     "COMPARE",
     "ONE",
+    "REFUSED",
     "SIZES",
     "Atom",
     "Bounds",
@@ -203,8 +204,12 @@ class Bounds:
         return self.minimum(lin, dims) >= 0
 
 
+REFUSED = "mask not proven causal: "
+"""How every mask refusal starts."""
+
+
 def refuse(why: str) -> RefusedError:
-    return RefusedError(f"mask not proven causal: {why}")
+    return RefusedError(f"{REFUSED}{why}")
 
 
 def canonical(atom: Atom) -> Atom:
