@@ -1,4 +1,4 @@
-"""Slices, concatenations and running sums of symbolic values, for the mask proof.
+"""Slices, concatenations, running sums and gathers of symbolic values, for the mask proof.
 
 :mod:`~onnxscript_ep_passes.fusion.mask_proof` reads what a mask subgraph computes, not
 which ops spell it. The rules here are what each op computes on the symbolic values of
@@ -17,6 +17,12 @@ coordinates), so another spelling of the same arithmetic needs no new case:
   ``[p0 - 1, p0, p1, ...]``, which for ``position_ids = arange`` is ``x - 1`` throughout.)
 - :func:`cumsum_val`: the running sum of a constant ``c`` along axis ``a`` is ``c * (x_a +
   1)`` (``exclusive``: ``c * x_a``; ``reverse``: counted from the end).
+- :func:`reshape_keeps`: a ``Reshape`` whose target is the value's own dims (``0`` copying
+  a dim, one ``-1`` for the dim left) keeps the value (GPT-2's
+  ``attention_mask.view(batch, -1)``).
+- :func:`trilu_val`: ``Trilu`` keeps ``col - row - k >= 0`` (upper) or its mirror;
+  :func:`gather_nd_val`: ``GatherND`` of single elements at coordinates proven inside the
+  data's dims is the data's function at those coordinates.
 
 Anything else is an :class:`~onnxscript_ep_passes.fusion.mask_terms.Unknown` with the
 reason (fine while only its shape is used) or a refusal.
@@ -24,20 +30,33 @@ reason (fine while only its shape is used) or a refusal.
 
 from __future__ import annotations
 
-__all__ = ["concat_pieces", "cumsum_val", "slice_val"]
+__all__ = [
+    "concat_pieces",
+    "cumsum_val",
+    "gather_nd_val",
+    "reshape_keeps",
+    "slice_val",
+    "trilu_val",
+]
 
 from collections.abc import Sequence
 
 from onnxscript_ep_passes.fusion.mask_terms import (
     ONE,
     Bounds,
+    FloatConst,
+    FloatMask,
+    Index,
     Lin,
     PadInput,
     Unknown,
     Val,
     Vec,
     as_field,
+    conj,
+    is_lowest,
     map_elem,
+    negate,
     refuse,
 )
 
@@ -146,3 +165,50 @@ def cumsum_val(data: Val, axis: int, exclusive: bool, reverse: bool) -> Val:
         position = field.dims[a] - ONE - position
     count = position if exclusive else position + ONE
     return Val(field.dims, count.scale(field.elem.const))
+
+
+def reshape_keeps(dims: tuple[Lin, ...], target: tuple[Lin, ...], allowzero: int) -> bool:
+    """Whether Reshape to ``target`` keeps ``dims``: equal item by item, where a ``0``
+    (without ``allowzero``) copies the dim and one ``-1`` stands for the one dim left (the
+    element count is the same, so it is that dim)."""
+    if len(target) != len(dims):
+        return False
+    unmatched = 0
+    for dim, item in zip(dims, target):
+        if item == dim or (item == Lin.of(0) and not allowzero):
+            continue
+        if item != Lin.of(-1):
+            return False
+        unmatched += 1
+    return unmatched <= 1
+
+
+def trilu_val(x: Val, k: Lin, upper: bool) -> Val:
+    """``Trilu(x, k)`` of a boolean or lowest-float field: the kept part is ``col - row - k
+    >= 0`` (upper) or ``row + k - col >= 0`` (lower)."""
+    rank = len(x.dims)
+    if rank < 2:
+        raise refuse("Trilu of rank < 2")
+    row, col = Lin.of(**{f"x{rank - 2}": 1}), Lin.of(**{f"x{rank - 1}": 1})
+    kept = col - row - k if upper else row + k - col
+    if x.elem is None or isinstance(x.elem, frozenset):
+        return Val(x.dims, conj(x.elem, frozenset({kept})))
+    if isinstance(x.elem, FloatConst) and is_lowest(x.elem.value):
+        negated = negate(frozenset({kept}))  # -inf where kept, 0 elsewhere
+        assert not isinstance(negated, Unknown)
+        return Val(x.dims, FloatMask(negated))
+    return Val(x.dims, Unknown("Trilu of a value this proof does not model"))
+
+
+def gather_nd_val(data: Val, index: Val, bounds: Bounds) -> Val:
+    """``GatherND(data, index)`` (no batch dims) of single elements at index coordinates
+    proven inside ``data``'s dims."""
+    if not isinstance(index.elem, Index) or len(index.elem.items) != len(data.dims):
+        return Val(index.dims[:-1], Unknown("a GatherND other than of single elements"))
+    dims = index.dims[:-1]
+    for coordinate, size in zip(index.elem.items, data.dims):
+        inside = bounds.always(coordinate, dims) and bounds.always(size - ONE - coordinate, dims)
+        if not inside:
+            raise refuse(f"GatherND index {coordinate} not proven inside [0, {size})")
+    mapping = {f"x{a}": item for a, item in enumerate(index.elem.items)}
+    return Val(dims, map_elem(data.elem, mapping))
