@@ -32,48 +32,31 @@ from onnxscript_ep_passes.fusion.mask_proof import prove_causal_mask
 
 CORPUS = sorted((Path(__file__).parent / "data" / "masks").glob("*.onnx"))
 
-_VIEW = r"computed by Reshape node .* \| Reshape other than a no-op or to a 1-element vector"
-"""transformers 4.x: ``cache_position.reshape(-1, 1)`` (``Reshape(Range, [-1, 1])``) in the
-causal mask; the proof models Reshape only as a no-op or to one element."""
+_FLOAT = r"it is built in float arithmetic \(a Cast to FLOAT\) \| None"
+"""transformers 4.44-4.48: the causal mask built in float (``full(lowest) * Cast(j > i,
+float)``, then ``+ attention_mask``, ``== 0`` and ``masked_fill``); the proof models a float
+mask only as ``Where(allowed, 0, lowest)``."""
 _OR = r"computed by Or node 'node_bitwise_or' .* \| Or is not modelled"
 """transformers 4.44-4.48 Mistral: the sliding window as ``causal | too_far`` (``Or``)."""
 
 REFUSED: dict[str, str] = {
-    "llama-eager-kv-tf4.44.2": _VIEW,
-    "llama-eager-kv-tf4.48.3": _VIEW,
-    "llama-eager-kv-tf4.53.3": _VIEW,
-    "llama-eager-kv-tf4.57.6": _VIEW,
-    "llama-eager-mask-tf4.44.2": _VIEW,
-    "llama-eager-mask-tf4.48.3": _VIEW,
-    "llama-eager-mask-tf4.53.3": _VIEW,
-    "llama-eager-mask-tf4.57.6": _VIEW,
-    "llama-sdpa-kv-tf4.44.2": _VIEW,
-    "llama-sdpa-kv-tf4.48.3": _VIEW,
-    "llama-sdpa-kv-tf4.53.3": _VIEW,
-    "llama-sdpa-kv-tf4.57.6": _VIEW,
-    "llama-sdpa-mask-tf4.44.2": _VIEW,
-    "llama-sdpa-mask-tf4.48.3": _VIEW,
-    "llama-sdpa-mask-tf4.53.3": _VIEW,
-    "llama-sdpa-mask-tf4.57.6": _VIEW,
-    "llama-sdpa-nomask-tf4.44.2": _VIEW,
-    "llama-sdpa-nomask-tf4.48.3": _VIEW,
-    "llama-sdpa-nomask-tf4.53.3": _VIEW,
-    "llama-sdpa-nomask-tf4.57.6": _VIEW,
+    "llama-eager-kv-tf4.44.2": _FLOAT,
+    "llama-eager-kv-tf4.48.3": _FLOAT,
+    "llama-eager-mask-tf4.44.2": _FLOAT,
+    "llama-eager-mask-tf4.48.3": _FLOAT,
+    "llama-sdpa-kv-tf4.44.2": _FLOAT,
+    "llama-sdpa-kv-tf4.48.3": _FLOAT,
+    "llama-sdpa-mask-tf4.44.2": _FLOAT,
+    "llama-sdpa-mask-tf4.48.3": _FLOAT,
+    "llama-sdpa-nomask-tf4.44.2": _FLOAT,
+    "llama-sdpa-nomask-tf4.48.3": _FLOAT,
     "mistral-eager-window4-tf4.44.2": _OR,
     "mistral-eager-window4-tf4.48.3": _OR,
-    "mistral-eager-window4-tf4.53.3": _VIEW,
-    "mistral-eager-window4-tf4.57.6": _VIEW,
     "mistral-sdpa-window4-kv-tf4.48.3": _OR,
-    "mistral-sdpa-window4-kv-tf4.53.3": _VIEW,
-    "mistral-sdpa-window4-kv-tf4.57.6": _VIEW,
     "mistral-sdpa-window4-tf4.44.2": _OR,
     "mistral-sdpa-window4-tf4.48.3": _OR,
-    "mistral-sdpa-window4-tf4.53.3": _VIEW,
-    "mistral-sdpa-window4-tf4.57.6": _VIEW,
-    "qwen2-sdpa-window4-tf4.44.2": _VIEW,
-    "qwen2-sdpa-window4-tf4.48.3": _VIEW,
-    "qwen2-sdpa-window4-tf4.53.3": _VIEW,
-    "qwen2-sdpa-window4-tf4.57.6": _VIEW,
+    "qwen2-sdpa-window4-tf4.44.2": _FLOAT,
+    "qwen2-sdpa-window4-tf4.48.3": _FLOAT,
 }
 """Fixture stem -> the refusal pinned for it (a regex searched in ``message | detail`` of the
 RefusedError): each is the standard mask

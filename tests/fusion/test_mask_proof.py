@@ -275,17 +275,25 @@ def test_packed_sequences_given_as_position_ids_are_refused() -> None:
 
 @pytest.mark.parametrize(
     ("target", "proven"),
-    [("batch_minus1", True), ("zero_minus1", True), ("minus1_batch", False)],
+    [
+        ("batch_minus1", True),
+        ("zero_minus1", True),
+        ("minus1_batch", False),
+        ("two_minus1", False),
+    ],
 )
 def test_a_reshape_that_keeps_the_masks_shape_is_read_as_a_no_op(
     target: str, proven: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     # GPT-2 spells ``attention_mask.view(batch, -1)``: Reshape to [B, -1] of a [B, T]
-    # mask keeps it as it is (so does [0, -1]); [-1, B] makes it a column: refused.
+    # mask keeps it as it is (so does [0, -1]). [-1, B] (B = 1 here) makes it a column,
+    # followed as such: a mask over the query, refused for what it computes. [2, -1] is a
+    # Reshape the proof cannot follow: refused naming the node, its reason at -v.
     pieces = {
         "batch_minus1": ["batch", "minus1"],
         "zero_minus1": ["zero1", "minus1"],
         "minus1_batch": ["minus1", "batch"],
+        "two_minus1": ["two", "minus1"],
     }[target]
     nodes, inits = _positions("LessOrEqual")
     nodes = [
@@ -299,13 +307,16 @@ def test_a_reshape_that_keeps_the_masks_shape_is_read_as_a_no_op(
             for n in nodes
         ),
     ]
-    inits += [_i64("minus1", [-1]), _i64("zero1", [0])]
+    inits += [_i64("minus1", [-1]), _i64("zero1", [0]), _i64("two", [2])]
     model = _model(nodes, inits)
     mask = model.graph.node(-1).inputs[3]
     assert mask is not None
     caplog.set_level(logging.DEBUG, logger="onnxscript_ep_passes.fusion.mask_proof")
     if proven:
         prove_causal_mask(model, mask, max_length=4096)
+    elif target == "minus1_batch":
+        with pytest.raises(RefusedError, match=r"it ignores attention_mask \(the padding\)"):
+            prove_causal_mask(model, mask, max_length=4096)
     else:
         with pytest.raises(RefusedError, match=r"computed by Reshape node .* cannot follow") as e:
             prove_causal_mask(model, mask, max_length=4096)

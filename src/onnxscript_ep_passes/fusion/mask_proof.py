@@ -56,10 +56,12 @@ import onnx_ir as ir
 
 from onnxscript_ep_passes.fusion.attention_match import RefusedError
 from onnxscript_ep_passes.fusion.mask_pieces import (
+    cast_val,
     concat_pieces,
     cumsum_val,
     gather_nd_val,
     reshape_keeps,
+    reshape_units,
     slice_val,
     trilu_val,
 )
@@ -195,21 +197,7 @@ class _Interpreter:
         return self._arg(inputs, 0)
 
     def op_cast(self, node: ir.Node, inputs: list) -> Val:
-        x = self._arg(inputs, 0)
-        if isinstance(x.elem, Unknown):
-            return x  # keeps the reason
-        to = ir.DataType(node.attributes.get_int("to", 0))
-        if to == ir.DataType.BOOL:
-            if isinstance(x.elem, PadInput) and len(x.dims) == 2:
-                return Val(x.dims, frozenset({PadAtom(Lin.of(x0=1), Lin.of(x1=1))}))
-            if x.elem is None or isinstance(x.elem, frozenset):
-                return x
-            return Val(x.dims, Unknown("a Cast to bool of a non-boolean"))
-        if to.is_integer() and isinstance(x.elem, (Lin, Vec)):
-            return x
-        if to.is_integer() and (x.elem is None or x.elem == frozenset()):
-            return Val(x.dims, Lin.of(int(x.elem is not None)))  # a constant boolean
-        return Val(x.dims, Unknown(f"a Cast to {to.name}"))
+        return cast_val(self._arg(inputs, 0), ir.DataType(node.attributes.get_int("to", 0)))
 
     def op_shape(self, node: ir.Node, inputs: list) -> Val:
         dims = self._arg(inputs, 0).dims
@@ -277,6 +265,9 @@ class _Interpreter:
             return Val((ONE,), Vec(as_vec(x).items))
         if reshape_keeps(x.dims, shape.items, node.attributes.get_int("allowzero", 0)):
             return x
+        moved = reshape_units(as_field(x), shape.items)
+        if moved is not None:
+            return moved
         raise refuse("Reshape other than a no-op or to a 1-element vector")
 
     def op_slice(self, node: ir.Node, inputs: list) -> Val:
