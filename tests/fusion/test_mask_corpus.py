@@ -32,36 +32,10 @@ from onnxscript_ep_passes.fusion.mask_proof import prove_causal_mask
 
 CORPUS = sorted((Path(__file__).parent / "data" / "masks").glob("*.onnx"))
 
-_FLOAT = r"it is built in float arithmetic \(a Cast to FLOAT\) \| None"
-"""transformers 4.44-4.48: the causal mask built in float (``full(lowest) * Cast(j > i,
-float)``, then ``+ attention_mask``, ``== 0`` and ``masked_fill``); the proof models a float
-mask only as ``Where(allowed, 0, lowest)``."""
-_OR = r"computed by Or node 'node_bitwise_or' .* \| Or is not modelled"
-"""transformers 4.44-4.48 Mistral: the sliding window as ``causal | too_far`` (``Or``)."""
-
-REFUSED: dict[str, str] = {
-    "llama-eager-kv-tf4.44.2": _FLOAT,
-    "llama-eager-kv-tf4.48.3": _FLOAT,
-    "llama-eager-mask-tf4.44.2": _FLOAT,
-    "llama-eager-mask-tf4.48.3": _FLOAT,
-    "llama-sdpa-kv-tf4.44.2": _FLOAT,
-    "llama-sdpa-kv-tf4.48.3": _FLOAT,
-    "llama-sdpa-mask-tf4.44.2": _FLOAT,
-    "llama-sdpa-mask-tf4.48.3": _FLOAT,
-    "llama-sdpa-nomask-tf4.44.2": _FLOAT,
-    "llama-sdpa-nomask-tf4.48.3": _FLOAT,
-    "mistral-eager-window4-tf4.44.2": _OR,
-    "mistral-eager-window4-tf4.48.3": _OR,
-    "mistral-sdpa-window4-kv-tf4.48.3": _OR,
-    "mistral-sdpa-window4-tf4.44.2": _OR,
-    "mistral-sdpa-window4-tf4.48.3": _OR,
-    "qwen2-sdpa-window4-tf4.44.2": _FLOAT,
-    "qwen2-sdpa-window4-tf4.48.3": _FLOAT,
-}
+REFUSED: dict[str, str] = {}
 """Fixture stem -> the refusal pinned for it (a regex searched in ``message | detail`` of the
-RefusedError): each is the standard mask
-(its ORT check passes), a strict expected failure; the other fixtures are proven as their
-``expected``."""
+RefusedError), a strict expected failure; the other fixtures are proven as their
+``expected``. Empty: every fixture, 4.44 to 5.24, is proven."""
 
 
 def _meta(proto: onnx.ModelProto) -> dict[str, str]:

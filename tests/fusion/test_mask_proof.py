@@ -323,3 +323,64 @@ def test_a_reshape_that_keeps_the_masks_shape_is_read_as_a_no_op(
         assert e.value.detail == "Reshape other than a no-op or to a 1-element vector"
         assert "a 1-element vector" not in str(e.value)  # the interpreter's words: at -v
         assert "a 1-element vector" in caplog.text
+
+
+def _float_built(compare: str, add_padding: bool) -> tuple[list, list]:
+    """transformers 4.44-4.48's float mask: ``full(lowest) * Cast(compare(j, i))``, then
+    ``+ attention_mask``, ``== 0`` and a masked fill with the lowest float."""
+    lowest = numpy_helper.from_array(np.array(np.finfo(np.float32).min, np.float32), "lowest")
+    zero = numpy_helper.from_array(np.array(0.0, np.float32), "fzero")
+    nodes = [
+        helper.make_node("Shape", ["attention_mask"], ["len1"], start=1, end=2),
+        helper.make_node("Squeeze", ["len1"], ["len"]),
+        helper.make_node("Range", ["zero", "len", "one"], ["pos"]),
+        helper.make_node("Concat", ["len1", "len1"], ["square"], axis=0),
+        helper.make_node("Expand", ["lowest", "square"], ["full"]),
+        helper.make_node("Reshape", ["pos", "column"], ["q_pos"]),
+        helper.make_node(compare, ["pos", "q_pos"], ["hidden"]),  # j > i: masked
+        helper.make_node("Cast", ["hidden"], ["hidden_f"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["full", "hidden_f"], ["causal"]),
+        helper.make_node("Unsqueeze", ["causal", "axes01"], ["causal4"]),
+    ]
+    if add_padding:
+        nodes += [
+            helper.make_node("Unsqueeze", ["attention_mask", "axes_pad"], ["am4"]),
+            helper.make_node("Cast", ["am4"], ["am4_f"], to=TensorProto.FLOAT),
+            helper.make_node("Add", ["causal4", "am4_f"], ["summed"]),
+            helper.make_node("Equal", ["summed", "fzero"], ["padded"]),
+            helper.make_node("Where", ["padded", "lowest", "causal4"], ["mask"]),
+        ]
+    else:
+        nodes.append(helper.make_node("Identity", ["causal4"], ["mask"]))
+    inits = [
+        _i64("zero", 0),
+        _i64("one", 1),
+        _i64("column", [-1, 1]),
+        _i64("axes01", [0, 1]),
+        _i64("axes_pad", [1, 2]),
+        lowest,
+        zero,
+    ]
+    return nodes, inits
+
+
+@pytest.mark.parametrize(
+    ("compare", "add_padding", "reason"),
+    [
+        ("Greater", True, None),
+        ("Less", True, "a query also sees later keys"),
+        ("Greater", False, "it ignores attention_mask"),
+    ],
+    ids=["standard", "anti_causal", "no_padding"],
+)
+def test_a_mask_built_in_float_arithmetic_is_read_by_what_it_computes(
+    compare: str, add_padding: bool, reason: str | None
+) -> None:
+    model = _model(*_float_built(compare, add_padding))
+    mask = model.graph.node(-1).inputs[3]
+    assert mask is not None
+    if reason is None:
+        assert prove_causal_mask(model, mask, max_length=4096) is None
+    else:
+        with pytest.raises(RefusedError, match=reason):
+            prove_causal_mask(model, mask, max_length=4096)

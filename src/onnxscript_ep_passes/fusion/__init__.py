@@ -5,7 +5,8 @@
   :mod:`~onnxscript_ep_passes.fusion.attention_match`; its mask proven causal by
   :mod:`~onnxscript_ep_passes.fusion.mask_proof` over
   :mod:`~onnxscript_ep_passes.fusion.mask_terms` and
-  :mod:`~onnxscript_ep_passes.fusion.mask_pieces`);
+  :mod:`~onnxscript_ep_passes.fusion.mask_pieces` and
+  :mod:`~onnxscript_ep_passes.fusion.mask_float`);
 - :mod:`~onnxscript_ep_passes.fusion.normalization` -- RMS normalizations ->
   ``SimplifiedLayerNormalization`` / ``SkipSimplifiedLayerNormalization``, a residual
   ``Add`` + ``LayerNormalization`` -> ``SkipLayerNormalization``;

@@ -18,7 +18,8 @@ coordinates), so another spelling of the same arithmetic needs no new case:
 - :func:`cumsum_val`: the running sum of a constant ``c`` along axis ``a`` is ``c * (x_a +
   1)`` (``exclusive``: ``c * x_a``; ``reverse``: counted from the end).
 - :func:`cast_val`: a ``Cast`` to bool of ``attention_mask`` is the padding atom, of a
-  constant the constant's truth; a Cast between booleans and integers keeps the values.
+  constant the constant's truth; a Cast between booleans and integers keeps the values, a
+  boolean to float is its :class:`~onnxscript_ep_passes.fusion.mask_terms.Indicator`.
 - :func:`reshape_keeps`: a ``Reshape`` whose target is the value's own dims (``0`` copying
   a dim, one ``-1`` for the dim left) keeps the value (GPT-2's
   ``attention_mask.view(batch, -1)``).
@@ -52,10 +53,12 @@ import onnx_ir as ir
 
 from onnxscript_ep_passes.fusion.mask_terms import (
     ONE,
+    AnyOf,
     Bounds,
     FloatConst,
     FloatMask,
     Index,
+    Indicator,
     Lin,
     PadAtom,
     PadInput,
@@ -249,9 +252,13 @@ def cast_val(x: Val, to: ir.DataType) -> Val:
     """``Cast(x, to)`` (see the module doc); float arithmetic is left as Unknown."""
     if isinstance(x.elem, Unknown):
         return x  # keeps the reason
+    if isinstance(x.elem, PadInput) and to != ir.DataType.BOOL:
+        return x  # attention_mask's values, as integers or floats
+    if to.is_floating_point() and (x.elem is None or isinstance(x.elem, (frozenset, AnyOf))):
+        return Val(x.dims, Indicator(x.elem))
     if to == ir.DataType.BOOL:
-        if isinstance(x.elem, PadInput) and len(x.dims) == 2:
-            return Val(x.dims, frozenset({PadAtom(Lin.of(x0=1), Lin.of(x1=1))}))
+        if isinstance(x.elem, PadInput):
+            return Val(x.dims, frozenset({PadAtom(x.elem.b, x.elem.j)}))
         if x.elem is None or isinstance(x.elem, frozenset):
             return x
         if isinstance(x.elem, FloatConst) or (isinstance(x.elem, Lin) and x.elem.is_const()):

@@ -27,7 +27,8 @@ Rules:
   linear atoms;
   ``And``/``Not``/``Where``/``Trilu``/``Expand``/``ConstantOfShape`` combine them;
   ``GatherND(Cast(attention_mask, bool), [b, j])`` is the padding atom. A float mask is
-  accepted only as ``Where(allowed, 0, -inf or the lowest float)``.
+  ``Where(allowed, 0, -inf or the lowest float)`` or built in float arithmetic as
+  transformers 4.4x does (:mod:`~onnxscript_ep_passes.fusion.mask_float`).
 - **Decision.** The mask's predicate is a conjunction of atoms. Atoms that hold on the
   whole domain (coordinates inside the mask's shape, sizes inside their bounds) are
   dropped; what is left must be exactly the causal atom ``P + i - j >= 0``, at most one
@@ -55,6 +56,13 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxscript_ep_passes.fusion.attention_match import RefusedError
+from onnxscript_ep_passes.fusion.mask_float import (
+    disjoin,
+    float_product,
+    float_sum,
+    masked_equal,
+    where_val,
+)
 from onnxscript_ep_passes.fusion.mask_pieces import (
     cast_val,
     concat_pieces,
@@ -72,7 +80,6 @@ from onnxscript_ep_passes.fusion.mask_terms import (
     Atom,
     Bounds,
     Elem,
-    FloatConst,
     FloatMask,
     Index,
     Lin,
@@ -92,7 +99,6 @@ from onnxscript_ep_passes.fusion.mask_terms import (
     describe_mismatch,
     handler_name,
     has_past_input,
-    is_lowest,
     map_elem,
     negate,
     rebind,
@@ -320,7 +326,12 @@ class _Interpreter:
         dims = broadcast_dims([v.dims for v in vals])
         return dims, [rebind(v, len(dims)) for v in vals]
 
-    def _arith(self, inputs: list, combine: Callable[[Lin, Lin], Lin | None]) -> Val:
+    def _arith(
+        self,
+        inputs: list,
+        combine: Callable[[Lin, Lin], Lin | None],
+        floats: Callable[[Elem, Elem, tuple[Lin, ...]], Elem | None] = lambda a, b, d: None,
+    ) -> Val:
         scalars = [self._arg(inputs, i) for i in range(2)]
         if all(isinstance(s.elem, Vec) for s in scalars):
             a, b = (s.elem.items for s in scalars)  # type: ignore[union-attr]
@@ -330,6 +341,8 @@ class _Interpreter:
                 if len(kept) == len(a):
                     return Val((Lin.of(len(a)),), Vec(kept))
         dims, (a, b) = self._elementwise(inputs)
+        if (read := floats(a, b, dims)) is not None:
+            return Val(dims, read)
         if isinstance(a, FloatMask) and isinstance(b, FloatMask):
             return Val(dims, FloatMask(conj(a.allowed, b.allowed)))
         if not isinstance(a, Lin) or not isinstance(b, Lin):
@@ -339,7 +352,7 @@ class _Interpreter:
         return Val(dims, out if out is not None else Unknown(f"arithmetic on {a} and {b}"))
 
     def op_add(self, node: ir.Node, inputs: list) -> Val:
-        return self._arith(inputs, lambda a, b: a + b)
+        return self._arith(inputs, lambda a, b: a + b, lambda a, b, _: float_sum(a, b))
 
     def op_sub(self, node: ir.Node, inputs: list) -> Val:
         return self._arith(inputs, lambda a, b: a - b)
@@ -350,7 +363,7 @@ class _Interpreter:
                 return b.scale(a.const)
             return a.scale(b.const) if b.is_const() else None
 
-        return self._arith(inputs, mul)
+        return self._arith(inputs, mul, lambda a, b, d: float_product(a, b, self.bounds, d))
 
     def _extreme(self, inputs: list, smaller: bool) -> Val:
         dims = broadcast_dims([as_field(self._arg(inputs, i)).dims for i in range(2)])
@@ -376,6 +389,8 @@ class _Interpreter:
 
     def _compare(self, node: ir.Node, inputs: list) -> Val:
         dims, (a, b) = self._elementwise(inputs)
+        if node.op_type == "Equal" and (read := masked_equal(a, b)) is not None:
+            return Val(dims, read)
         if not isinstance(a, Lin) or not isinstance(b, Lin):
             why = a.why if isinstance(a, Unknown) else b.why if isinstance(b, Unknown) else ""
             return Val(dims, Unknown(why or f"{node.op_type} of non-integer values"))
@@ -392,6 +407,11 @@ class _Interpreter:
                 return Val(dims, Unknown("And of non-boolean values"))
         return Val(dims, conj(a, b))  # type: ignore[arg-type]
 
+    def op_or(self, node: ir.Node, inputs: list) -> Val:
+        dims, (a, b) = self._elementwise(inputs)
+        read = disjoin(a, b)
+        return Val(dims, read if read is not None else Unknown("an Or of several conditions"))
+
     def op_not(self, node: ir.Node, inputs: list) -> Val:
         x = self._arg(inputs, 0)
         if x.elem is None or isinstance(x.elem, frozenset):
@@ -402,19 +422,7 @@ class _Interpreter:
 
     def op_where(self, node: ir.Node, inputs: list) -> Val:
         dims, (cond, yes, no) = self._elementwise(inputs)
-        if isinstance(cond, Unknown):
-            return Val(dims, cond)
-        if cond is not None and not isinstance(cond, frozenset):
-            return Val(dims, Unknown("Where on a non-boolean condition"))
-        if isinstance(yes, FloatConst) and isinstance(no, FloatConst):
-            if yes.value == 0 and is_lowest(no.value):
-                return Val(dims, FloatMask(cond))
-            negated = negate(cond)
-            if is_lowest(yes.value) and no.value == 0 and not isinstance(negated, Unknown):
-                return Val(dims, FloatMask(negated))
-        if no is None and (yes is None or isinstance(yes, frozenset)):
-            return Val(dims, conj(cond, yes))
-        return Val(dims, Unknown("a Where this proof does not model"))
+        return Val(dims, where_val(cond, yes, no))
 
     def op_trilu(self, node: ir.Node, inputs: list) -> Val:
         x = as_field(self._arg(inputs, 0))
@@ -471,9 +479,13 @@ def prove_causal_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> in
         expected.add(windows[0])
     pad = next((v for v in model.graph.inputs if v.name == "attention_mask"), None)
     if pad is not None:
-        one_row = pad.shape is not None and len(pad.shape) == 2 and pad.shape[0] == 1
-        if dims[0] != Lin.of(B=1) and not one_row:
-            raise refuse("the mask is the same for every batch row")
+        rows = pad.shape[0] if pad.shape is not None and len(pad.shape) == 2 else None
+        if rows != 1 and dims[0] != (Lin.of(rows) if isinstance(rows, int) else Lin.of(B=1)):
+            raise refuse(
+                "the mask is the same for every batch row"
+                if dims[0] == ONE
+                else f"the mask's first axis ({dims[0]}) is not the batch"
+            )
         expected.add(PadAtom(Lin.of(x0=int(dims[0] != ONE)), Lin.of(x3=1)))
     if left != expected:
         logger.debug(
