@@ -281,6 +281,7 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
                 max_length=self.max_length,
                 fusions=fusions,
                 allow_padding_differences=self.allow_padding_differences,
+                prior_tolerance=sum(f.tolerance_own for f in self.fusions if f.kept),
             )
             fusing(model)
             self.fusions.extend(fusing.records)

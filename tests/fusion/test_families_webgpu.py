@@ -14,7 +14,8 @@ mask, exact Gelu) exports with dynamic batch and sequence (tests/torch_models.py
 - GPT-2's causal mask (``attention_mask.view(batch, -1)``) is proven, so the attention
   fusion is tried and, where WebGPU's GroupQueryAttention differs here (lavapipe, a first
   prompt of 40 tokens), dropped with that figure; BERT's bidirectional mask is refused as
-  not causal.
+  not causal for GroupQueryAttention and proven padding-only for ``MultiHeadAttention``
+  (the padding as its ``attention_bias``), which is kept on WebGPU.
 """
 
 from __future__ import annotations
@@ -37,7 +38,11 @@ pytestmark = WEBGPU_EXPORT_MARKS
 EXPECTED = {
     "gpt2": {"skip_layer_normalization": 2 * LLM_LAYERS, "fast_gelu": LLM_LAYERS},
     "stablelm": {"skip_layer_normalization": 2 * LLM_LAYERS},
-    "bert": {"skip_layer_normalization": 2 * LLM_LAYERS, "bias_gelu": LLM_LAYERS},
+    "bert": {
+        "multi_head_attention": LLM_LAYERS,
+        "skip_layer_normalization": 2 * LLM_LAYERS,
+        "bias_gelu": LLM_LAYERS,
+    },
 }
 
 
@@ -79,3 +84,7 @@ def test_gpt2s_mask_is_proven_and_berts_refused_as_bidirectional() -> None:
     record = next(f for f in _optimized("bert")[0].fusions if f.pattern == "group_query_attention")
     assert not record.kept and record.count == 0
     assert all("bidirectional" in why for why in record.refused.values()), record.refused
+    record = next(f for f in _optimized("bert")[0].fusions if f.pattern == "multi_head_attention")
+    assert record.kept and record.count == LLM_LAYERS, record.summary()
+    record = next(f for f in _optimized("gpt2")[0].fusions if f.pattern == "multi_head_attention")
+    assert record.count == 0 and all("causal" in why for why in record.refused.values())

@@ -102,5 +102,6 @@ def test_every_fusion_has_a_tolerance_and_a_fused_op() -> None:
         "fast_gelu",
         "bias_gelu",
         "group_query_attention",
+        "multi_head_attention",
     ]
     assert all(0 < f.tolerance <= 1e-3 for f in FUSIONS)

@@ -7,6 +7,8 @@
   :mod:`~onnxscript_ep_passes.fusion.mask_terms` and
   :mod:`~onnxscript_ep_passes.fusion.mask_pieces` and
   :mod:`~onnxscript_ep_passes.fusion.mask_float`);
+- :mod:`~onnxscript_ep_passes.fusion.multi_head` -- an encoder's bidirectional
+  ``Attention`` (no mask, or padding only) -> ``MultiHeadAttention``;
 - :mod:`~onnxscript_ep_passes.fusion.normalization` -- RMS normalizations ->
   ``SimplifiedLayerNormalization`` / ``SkipSimplifiedLayerNormalization``, a residual
   ``Add`` + ``LayerNormalization`` -> ``SkipLayerNormalization``;

@@ -45,7 +45,12 @@ Conditions (proved from the graph, or refused):
 
 from __future__ import annotations
 
-__all__ = ["AttentionFusionResult", "fuse_attention_to_gqa"]
+__all__ = [
+    "AttentionFusionResult",
+    "fuse_attention_nodes",
+    "fuse_attention_to_gqa",
+    "replace_output",
+]
 
 import dataclasses
 import logging
@@ -292,13 +297,13 @@ class _Builder:
             gqa.outputs[1].shape = match.present_key.shape
             gqa.outputs[2].shape = match.present_value.shape
         self._insert(anchor, nodes)
-        _replace(anchor.outputs[0], bhsd)
+        replace_output(anchor.outputs[0], bhsd)
         if match.present_key is not None and match.present_value is not None:
-            _replace(match.present_key, gqa.outputs[1])
-            _replace(match.present_value, gqa.outputs[2])
+            replace_output(match.present_key, gqa.outputs[1])
+            replace_output(match.present_value, gqa.outputs[2])
 
 
-def _replace(old: ir.Value, new: ir.Value) -> None:
+def replace_output(old: ir.Value, new: ir.Value) -> None:
     """Replace every use of ``old``; a graph output keeps its name."""
     name = old.name
     output = old.is_graph_output()
@@ -308,30 +313,19 @@ def _replace(old: ir.Value, new: ir.Value) -> None:
         new.name = name
 
 
-def fuse_attention_to_gqa(model: ir.Model, *, max_length: int = 4096) -> AttentionFusionResult:
-    """Rewrite the main graph's ai.onnx Attention nodes into GroupQueryAttention, in place.
-
-    ``max_length``: rows of the rotary caches (the longest past + current sequence).
-    """
+def fuse_attention_nodes(
+    model: ir.Model, fuse_one: Callable[[ir.Node, str, AttentionFusionResult], None]
+) -> AttentionFusionResult:
+    """Call ``fuse_one(node, label, result)`` on each ai.onnx Attention node of the main
+    graph; a RefusedError it raises is that node's reason. Counts, imports com.microsoft
+    and removes what the fused nodes left unused."""
     result = AttentionFusionResult()
-    builder = _Builder(model, max_length)
-    graph = model.graph
-    for node in list(graph):
+    for node in list(model.graph):
         if node.op_type != "Attention" or node.domain not in ("", "ai.onnx"):
             continue
         label = node.name or f"Attention#{len(result.refused) + result.fused}"
         try:
-            match = match_attention(node, graph)
-            window = _prove_mask(model, match, max_length)
-            if match.rotary is not None:
-                try:
-                    builder.rotary(model, match)
-                except RefusedError as error:
-                    result.notes[label] = f"rotary kept outside the fused node: {error}"
-                    match = dataclasses.replace(
-                        match, q=match.q_rotated, k=match.k_rotated, rotary=None
-                    )
-            builder.rewrite(match, window)
+            fuse_one(node, label, result)
         except RefusedError as error:
             result.refused[label] = str(error)
             continue
@@ -340,3 +334,26 @@ def fuse_attention_to_gqa(model: ir.Model, *, max_length: int = 4096) -> Attenti
         model.opset_imports.setdefault(MS_DOMAIN, 1)
         common_passes.RemoveUnusedNodesPass()(model)
     return result
+
+
+def fuse_attention_to_gqa(model: ir.Model, *, max_length: int = 4096) -> AttentionFusionResult:
+    """Rewrite the main graph's ai.onnx Attention nodes into GroupQueryAttention, in place.
+
+    ``max_length``: rows of the rotary caches (the longest past + current sequence).
+    """
+    builder = _Builder(model, max_length)
+
+    def fuse_one(node: ir.Node, label: str, result: AttentionFusionResult) -> None:
+        match = match_attention(node, model.graph)
+        window = _prove_mask(model, match, max_length)
+        if match.rotary is not None:
+            try:
+                builder.rotary(model, match)
+            except RefusedError as error:
+                result.notes[label] = f"rotary kept outside the fused node: {error}"
+                match = dataclasses.replace(
+                    match, q=match.q_rotated, k=match.k_rotated, rotary=None
+                )
+        builder.rewrite(match, window)
+
+    return fuse_attention_nodes(model, fuse_one)

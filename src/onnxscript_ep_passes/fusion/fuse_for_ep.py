@@ -11,8 +11,11 @@ only when
    fused kernel is sensitive to (batch 1 and 2, left and right padding, several sequence
    lengths, around each sliding window, a past where there is a KV cache) every output
    of the fused model, on ORT's CPU EP and -- when it loads here -- on the target EP, is
-   within the fusion's tolerance of the model before the pass on the CPU EP
-   (``|fused - unfused| <= tol + tol * |unfused|``) at **every position**. With
+   within tolerance of the model before the pass on the CPU EP
+   (``|fused - unfused| <= tol + tol * |unfused|``) at **every position**. The tolerance is
+   the fusion's own plus those of the fusions kept before it (in this pass and, given as
+   ``prior_tolerance``, in earlier ones): the target EP's kernels for those differ from
+   the CPU EP's too, and each fused model is compared with the unfused one. With
    ``allow_padding_differences`` the positions ``attention_mask`` drops are not compared
    (fused kernels leave them unspecified); the record says which were excluded and by how
    much they differ. A fusion that fails, or that cannot be run, is dropped and the model
@@ -52,6 +55,7 @@ from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.fusion.activation import fuse_bias_gelu, fuse_fast_gelu
 from onnxscript_ep_passes.fusion.attention import fuse_attention_to_gqa
 from onnxscript_ep_passes.fusion.evaluate import Sizes
+from onnxscript_ep_passes.fusion.multi_head import fuse_attention_to_mha
 from onnxscript_ep_passes.fusion.normalization import (
     fuse_rms,
     fuse_skip_layer_norm,
@@ -90,6 +94,11 @@ def _gqa(model: ir.Model, max_length: int) -> tuple[int, dict[str, str]]:
     return result.fused, {**result.refused, **notes}
 
 
+def _mha(model: ir.Model, max_length: int) -> tuple[int, dict[str, str]]:
+    result = fuse_attention_to_mha(model, max_length=max_length)
+    return result.fused, result.refused
+
+
 NORM_FUSIONS: tuple[FusionSpec, ...] = (
     FusionSpec(
         "rms_normalization_23", "", "SimplifiedLayerNormalization", _simple(rms_to_simplified), 1e-4
@@ -122,6 +131,7 @@ ACTIVATION_FUSIONS: tuple[FusionSpec, ...] = (
 
 ATTENTION_FUSIONS: tuple[FusionSpec, ...] = (
     FusionSpec("group_query_attention", "com.microsoft", "GroupQueryAttention", _gqa, 1e-3),
+    FusionSpec("multi_head_attention", "com.microsoft", "MultiHeadAttention", _mha, 1e-3),
 )
 """Attention fusions: run before the lowering, whose legalization would otherwise expand
 ai.onnx Attention on an EP without an Attention kernel."""
@@ -152,6 +162,8 @@ class FusionRecord:
     """Why the fusion was not run on the target EP (it does not load here)."""
     skipped: list[str] = dataclasses.field(default_factory=list)
     """Inputs not verified: the model before the fusion does not run there on ORT."""
+    tolerance_own: float = 0.0
+    """The fusion's own tolerance (``tolerance`` adds those of the fusions kept before it)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -190,6 +202,7 @@ class FuseForEpPass(ir.passes.InPlacePass):
         allow_padding_differences: Accept a fusion that agrees at every position
             ``attention_mask`` keeps, whatever it computes at padding positions.
         check_ep: Also run each fusion on ``ep`` (None: when it loads here; True: it must).
+        prior_tolerance: The tolerances of fusions kept before this pass (module doc).
     """
 
     def __init__(
@@ -202,7 +215,9 @@ class FuseForEpPass(ir.passes.InPlacePass):
         fusions: tuple[FusionSpec, ...] = FUSIONS,
         allow_padding_differences: bool = False,
         check_ep: bool | None = None,
+        prior_tolerance: float = 0.0,
     ) -> None:
+        self.prior_tolerance = prior_tolerance
         self.allow_padding_differences = allow_padding_differences
         self.check_ep = check_ep
         self.ep = canonical_ep_name(ep)
@@ -236,7 +251,10 @@ class FuseForEpPass(ir.passes.InPlacePass):
         for spec in self.fusions:
             op_name = f"{spec.domain}::{spec.op}" if spec.domain else spec.op
             kernel, why = table.explain(spec.domain, spec.op, 1, types)
-            record = FusionRecord(spec.pattern, op_name, 0, None, None, spec.tolerance, kept=False)
+            budget = spec.tolerance + self.prior_tolerance
+            budget += sum(r.tolerance_own for r in self.records if r.kept)
+            record = FusionRecord(spec.pattern, op_name, 0, None, None, budget, kept=False)
+            record.tolerance_own = spec.tolerance
             self.records.append(record)
             if kernel is None:
                 record.reason = f"{table.ep}: {why}"
@@ -260,7 +278,7 @@ class FuseForEpPass(ir.passes.InPlacePass):
                     candidate,
                     ep=self.ep,
                     fused_op=(spec.domain, spec.op),
-                    tolerance=spec.tolerance,
+                    tolerance=budget,
                     max_length=self.max_length,
                     check_ep=check_ep,
                 )
@@ -276,7 +294,7 @@ class FuseForEpPass(ir.passes.InPlacePass):
                 for c in verification.checks
             )
             kept, reason, record.excluded = decide(
-                verification, spec.tolerance, self.allow_padding_differences
+                verification, budget, self.allow_padding_differences
             )
             if not kept:
                 record.reason = reason

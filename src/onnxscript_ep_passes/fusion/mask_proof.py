@@ -47,7 +47,7 @@ Nothing here changes the model.
 
 from __future__ import annotations
 
-__all__ = ["prove_causal_mask"]
+__all__ = ["prove_causal_mask", "prove_padding_mask"]
 
 import logging
 from collections.abc import Callable, Sequence
@@ -63,6 +63,7 @@ from onnxscript_ep_passes.fusion.mask_float import (
     masked_equal,
     where_val,
 )
+from onnxscript_ep_passes.fusion.mask_inputs import input_val
 from onnxscript_ep_passes.fusion.mask_pieces import (
     cast_val,
     concat_pieces,
@@ -84,7 +85,7 @@ from onnxscript_ep_passes.fusion.mask_terms import (
     Index,
     Lin,
     PadAtom,
-    PadInput,
+    Pred,
     Unknown,
     Val,
     Vec,
@@ -139,7 +140,7 @@ class _Interpreter:
             return const_val(tensor.numpy())
         node = value.producer()
         if node is None:
-            return self._input(value)
+            return input_val(self.graph, value, self.bounds.has_past)
         handler = getattr(self, handler_name(node.op_type), None)
         if node.domain not in ("", "ai.onnx") or handler is None:
             raise _unfollowed(node, f"{node.op_type} is not modelled")
@@ -152,44 +153,6 @@ class _Interpreter:
                 raise
             raise _unfollowed(node, str(error).removeprefix(REFUSED)) from None
         return result
-
-    def _roles(self, value: ir.Value) -> list[Lin | None]:
-        """Sizes of ``value``'s dims by its role (rule Sizes); [] for an input without one."""
-        name, rank = value.name or "", len(value.shape or ())
-        total = Lin.of(S=1, P=1) if self.bounds.has_past else Lin.of(S=1)
-        if name == "attention_mask":
-            return [Lin.of(B=1), total]
-        if rank == 4 and "past" in name:
-            return [Lin.of(B=1), None, Lin.of(P=1), None]
-        if rank == 2 and value.dtype is not None and value.dtype.is_integer():
-            return [Lin.of(B=1), Lin.of(S=1)]  # input_ids, position_ids
-        return []
-
-    def _named(self) -> dict[str, Lin]:
-        """Symbolic dim names given a size by a decoder input's role."""
-        named: dict[str, Lin] = {}
-        for value in self.graph.inputs:
-            for dim, role in zip(value.shape or (), self._roles(value)):
-                if role is not None and not isinstance(dim, int):
-                    named.setdefault(str(dim), role)
-        return named
-
-    def _input(self, value: ir.Value) -> Val:
-        name = value.name or ""
-        shape = value.shape
-        if shape is None:
-            raise refuse(f"graph input {name!r} of unknown rank")
-        roles, named = self._roles(value), self._named()
-        dims = []
-        for axis, dim in enumerate(shape):
-            role = roles[axis] if axis < len(roles) else named.get(str(dim))
-            if isinstance(dim, int):
-                dims.append(Lin.of(dim))
-            else:
-                dims.append(role or Lin.of(**{f"?{dim}": 1}))
-        why = f"it depends on the values of input {name!r}, not only on sizes and padding"
-        elem: Elem = PadInput() if name == "attention_mask" else Unknown(why)
-        return Val(tuple(dims), elem)
 
     def _arg(self, inputs: Sequence[ir.Value | None], index: int) -> Val:
         value = inputs[index] if index < len(inputs) else None
@@ -452,18 +415,7 @@ def prove_causal_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> in
         check_constant_mask(model, tensor.numpy(), has_past)
         return None
     bounds = Bounds(has_past, max_length)
-    val = _Interpreter(model.graph, bounds).value(mask)
-    elem: Elem = val.elem.allowed if isinstance(val.elem, FloatMask) else val.elem
-    if isinstance(elem, Unknown):
-        raise refuse(elem.why)
-    if elem is not None and not isinstance(elem, frozenset):
-        raise refuse("not a boolean or additive (0 / -inf) mask")
-    if len(val.dims) > 4:
-        raise refuse(f"mask of rank {len(val.dims)}")
-    shift = 4 - len(val.dims)
-    dims = (ONE,) * shift + val.dims
-    elem = map_elem(elem, {f"x{a}": Lin.of(**{f"x{a + shift}": 1}) for a in range(len(val.dims))})
-    assert elem is None or isinstance(elem, frozenset)
+    elem, dims = _interpret(model, mask, bounds)
     total = Lin.of(S=1, P=1) if has_past else Lin.of(S=1)
     if dims[2] != Lin.of(S=1) or dims[3] != total:
         raise refuse(f"mask of shape ({', '.join(map(str, dims))}), not (., ., S, {total})")
@@ -477,16 +429,7 @@ def prove_causal_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> in
     window = windows[0].const + 1 if len(windows) == 1 and windows[0].const >= 0 else None
     if window is not None:
         expected.add(windows[0])
-    pad = next((v for v in model.graph.inputs if v.name == "attention_mask"), None)
-    if pad is not None:
-        rows = pad.shape[0] if pad.shape is not None and len(pad.shape) == 2 else None
-        if rows != 1 and dims[0] != (Lin.of(rows) if isinstance(rows, int) else Lin.of(B=1)):
-            raise refuse(
-                "the mask is the same for every batch row"
-                if dims[0] == ONE
-                else f"the mask's first axis ({dims[0]}) is not the batch"
-            )
-        expected.add(PadAtom(Lin.of(x0=int(dims[0] != ONE)), Lin.of(x3=1)))
+    expected |= _padding(model, dims)
     if left != expected:
         logger.debug(
             "mask %s: conditions beyond causal/window/padding: %s; missing: %s",
@@ -496,3 +439,54 @@ def prove_causal_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> in
         )
         raise refuse(describe_mismatch(left - expected, expected - left, has_past))
     return window
+
+
+def _interpret(model: ir.Model, mask: ir.Value, bounds: Bounds) -> tuple[Pred, tuple[Lin, ...]]:
+    """The mask's predicate over its 4-D coordinates (a float mask: where it is 0)."""
+    val = _Interpreter(model.graph, bounds).value(mask)
+    elem: Elem = val.elem.allowed if isinstance(val.elem, FloatMask) else val.elem
+    if isinstance(elem, Unknown):
+        raise refuse(elem.why)
+    if elem is not None and not isinstance(elem, frozenset):
+        raise refuse("not a boolean or additive (0 / -inf) mask")
+    if len(val.dims) > 4:
+        raise refuse(f"mask of rank {len(val.dims)}")
+    shift = 4 - len(val.dims)
+    dims = (ONE,) * shift + val.dims
+    elem = map_elem(elem, {f"x{a}": Lin.of(**{f"x{a + shift}": 1}) for a in range(len(val.dims))})
+    assert elem is None or isinstance(elem, frozenset)
+    return elem, dims
+
+
+def _padding(model: ir.Model, dims: tuple[Lin, ...]) -> set[Atom]:
+    """The padding atom the mask must hold (none without an ``attention_mask`` input)."""
+    pad = next((v for v in model.graph.inputs if v.name == "attention_mask"), None)
+    if pad is None:
+        return set()
+    rows = pad.shape[0] if pad.shape is not None and len(pad.shape) == 2 else None
+    if rows != 1 and dims[0] != (Lin.of(rows) if isinstance(rows, int) else Lin.of(B=1)):
+        raise refuse(
+            "the mask is the same for every batch row"
+            if dims[0] == ONE
+            else f"the mask's first axis ({dims[0]}) is not the batch"
+        )
+    return {PadAtom(Lin.of(x0=int(dims[0] != ONE)), Lin.of(x3=1))}
+
+
+def prove_padding_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> None:
+    """Prove ``mask`` bidirectional: query ``i`` sees key ``j`` exactly when
+    ``attention_mask[b, j] != 0`` (every key without that input); the mask may have one
+    row for all queries (shape ``(., ., 1, T)``). Raises RefusedError otherwise."""
+    has_past = has_past_input(model)
+    if has_past:
+        raise refuse("a KV cache: a decoder's mask, not a bidirectional one")
+    bounds = Bounds(has_past, max_length)
+    elem, dims = _interpret(model, mask, bounds)
+    if dims[3] != Lin.of(S=1) or dims[2] not in (ONE, Lin.of(S=1)):
+        raise refuse(f"mask of shape ({', '.join(map(str, dims))}), not (., ., S or 1, S)")
+    if elem is None:
+        raise refuse("the mask allows nothing")
+    left = {canonical(a) for a in elem if isinstance(a, PadAtom) or not bounds.always(a, dims)}
+    expected = _padding(model, dims)
+    if left != expected:
+        raise refuse(describe_mismatch(left - expected, expected - left, has_past))

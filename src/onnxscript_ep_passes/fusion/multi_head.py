@@ -1,0 +1,144 @@
+"""Bidirectional ai.onnx ``Attention`` -> com.microsoft ``MultiHeadAttention`` (encoders).
+
+torch.onnx exports the self-attention of an encoder (BERT-, ViT-, Whisper-encoder-style)
+as one ``Attention(q, k, v[, mask])`` on BHSD tensors with ``is_causal=0``. This module
+rewrites each such node into ``MultiHeadAttention`` when every condition below holds;
+otherwise it is left alone and the reason is returned.
+
+Conditions (proved from the graph, or refused):
+
+- attributes: ``softcap`` 0, ``is_causal`` 0, only output 0 used, no ai.onnx past inputs;
+  q/k/v 4-D with the same static head count (no grouped KV heads) and head size;
+- **mask**: absent (every query sees every key), or a tensor that
+  :func:`~onnxscript_ep_passes.fusion.mask_proof.prove_padding_mask` proves to be
+  ``attention_mask[b, j] != 0`` alone (bidirectional with padding; a causal mask is
+  :mod:`~onnxscript_ep_passes.fusion.attention`'s). The padding goes to the fused node as
+  ``attention_bias`` ``[B, 1, S, S]``: 0 where ``attention_mask[b, j]`` is set, the lowest
+  float elsewhere (WebGPU's kernel has no ``key_padding_mask``).
+
+The fused node takes q/k/v as BSD (``Transpose`` + ``Reshape``), the Attention's ``scale``
+(default ``1/sqrt(head_size)``), and its output is turned back to BHSD.
+"""
+
+from __future__ import annotations
+
+__all__ = ["fuse_attention_to_mha"]
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxscript_ep_passes.fusion.attention import (
+    MS_DOMAIN,
+    AttentionFusionResult,
+    fuse_attention_nodes,
+    replace_output,
+)
+from onnxscript_ep_passes.fusion.attention_match import RefusedError
+from onnxscript_ep_passes.fusion.mask_proof import prove_padding_mask
+
+
+def _heads(node: ir.Node) -> tuple[int, int]:
+    """(heads, head size) of a bidirectional Attention that meets the conditions."""
+    if node.attributes.get_float("softcap", 0.0) != 0.0:
+        raise RefusedError(
+            "the attention caps its scores (softcap), which the fusion does not carry over"
+        )
+    if node.attributes.get_int("is_causal", 0):
+        raise RefusedError("causal attention (is_causal=1): not a bidirectional one")
+    if any(v is not None for v in node.inputs[4:]):
+        raise RefusedError("the Attention node takes a KV cache or lengths as inputs of its own")
+    if any(o.uses() or o.is_graph_output() for o in node.outputs[1:]):
+        raise RefusedError("the Attention node's present key/value or scores outputs are used")
+    shapes = [None if v is None or v.shape is None else v.shape for v in node.inputs[:3]]
+    if any(s is None or len(s) != 4 for s in shapes):
+        raise RefusedError("query, key and value are not 4-D (batch, heads, sequence, head size)")
+    heads = {s[1] for s in shapes}  # type: ignore[index]
+    sizes = {s[3] for s in shapes}  # type: ignore[index]
+    if len(heads) != 1 or len(sizes) != 1:
+        raise RefusedError("query, key and value have different head counts or head sizes")
+    (head_count,), (head_size,) = heads, sizes
+    if not isinstance(head_count, int) or not isinstance(head_size, int):
+        raise RefusedError("the number of heads or the head size is not known from the shapes")
+    return head_count, head_size
+
+
+class _Builder:
+    """Makes the nodes around each fused node; the padding bias is shared by all layers."""
+
+    def __init__(self, model: ir.Model) -> None:
+        self.model = model
+        self.bias: ir.Value | None = None
+        self.count = 0
+
+    def const(self, name: str, array: np.ndarray) -> ir.Value:
+        self.count += 1
+        value = ir.Value(name=f"mha_fusion.{name}.{self.count}", const_value=ir.tensor(array))
+        value.shape, value.dtype = ir.Shape(array.shape), ir.DataType.from_numpy(array.dtype)
+        self.model.graph.register_initializer(value)
+        return value
+
+    def padding_bias(self, q: ir.Value, dtype: ir.DataType, nodes: list[ir.Node]) -> ir.Value:
+        if self.bias is not None:
+            return self.bias
+        mask = next(v for v in self.model.graph.inputs if v.name == "attention_mask")
+        lowest = np.array(np.finfo(dtype.numpy()).min, dtype.numpy())
+
+        def add(op: str, inputs: list[ir.Value], **attrs: object) -> ir.Value:
+            nodes.append(ir.node(op, inputs, attributes=attrs))  # type: ignore[arg-type]
+            return nodes[-1].outputs[0]
+
+        kept = add("Cast", [mask], to=ir.DataType.BOOL)
+        zero = self.const("zero", np.array(0, dtype.numpy()))
+        row = add("Where", [kept, zero, self.const("lowest", lowest)])
+        bias4 = add("Unsqueeze", [row, self.const("axes12", np.array([1, 2], np.int64))])
+        batch = add("Shape", [q], start=0, end=1)
+        seq = add("Shape", [q], start=2, end=3)
+        one = self.const("one", np.array([1], np.int64))
+        self.bias = add("Expand", [bias4, add("Concat", [batch, one, seq, seq], axis=0)])
+        kept.dtype = ir.DataType.BOOL
+        row.dtype = bias4.dtype = self.bias.dtype = dtype
+        return self.bias
+
+    def rewrite(self, node: ir.Node, heads: int, head_size: int, padded: bool) -> None:
+        q, k, v = node.inputs[:3]
+        assert q is not None and k is not None and v is not None
+        dtype = q.dtype or ir.DataType.FLOAT
+        nodes: list[ir.Node] = []
+        bias = self.padding_bias(q, dtype, nodes) if padded else None
+        flat = self.const("bsd", np.array([0, 0, -1], np.int64))
+
+        def add(op: str, inputs: list[ir.Value | None], **attrs: object) -> ir.Value:
+            domain = MS_DOMAIN if op == "MultiHeadAttention" else ""
+            new = ir.node(op, inputs, attributes=attrs, domain=domain)  # type: ignore[arg-type]
+            nodes.append(new)
+            new.outputs[0].dtype = dtype
+            return new.outputs[0]
+
+        def to_bsd(x: ir.Value) -> ir.Value:
+            return add("Reshape", [add("Transpose", [x], perm=[0, 2, 1, 3]), flat])
+
+        scale = node.attributes.get_float("scale", 1.0 / float(np.sqrt(head_size)))
+        inputs = [to_bsd(q), to_bsd(k), to_bsd(v), None, None, bias]
+        fused = add("MultiHeadAttention", inputs, num_heads=heads, scale=scale)
+        nodes[-1].name = f"{node.name or 'Attention'}/MultiHeadAttention"
+        bshd = self.const("bshd", np.array([0, 0, heads, head_size], np.int64))
+        out = add("Transpose", [add("Reshape", [fused, bshd])], perm=[0, 2, 1, 3])
+        out.shape = node.outputs[0].shape
+        self.model.graph.insert_before(node, nodes)
+        replace_output(node.outputs[0], out)
+
+
+def fuse_attention_to_mha(model: ir.Model, *, max_length: int = 4096) -> AttentionFusionResult:
+    """Rewrite the main graph's bidirectional ai.onnx Attention nodes into
+    MultiHeadAttention, in place (module docstring); ``max_length`` bounds the mask proof."""
+    builder = _Builder(model)
+    padding = any(v.name == "attention_mask" for v in model.graph.inputs)
+
+    def fuse_one(node: ir.Node, label: str, result: AttentionFusionResult) -> None:
+        heads, head_size = _heads(node)
+        mask = node.inputs[3] if len(node.inputs) > 3 else None
+        if mask is not None:
+            prove_padding_mask(model, mask, max_length=max_length)
+        builder.rewrite(node, heads, head_size, padded=mask is not None and padding)
+
+    return fuse_attention_nodes(model, fuse_one)
