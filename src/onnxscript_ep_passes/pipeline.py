@@ -38,7 +38,7 @@ __all__ = ["OptimizeForEpPass", "ep_pass_list", "optimize_for_ep"]
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
 from onnxscript.optimizer import optimize
@@ -46,7 +46,6 @@ from onnxscript.rewriter import onnx_fusions
 
 from onnxscript_ep_passes.core.copies import adopt
 from onnxscript_ep_passes.ep.cost import PlacementCost, placement_cost
-from onnxscript_ep_passes.ep.dims import DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
 from onnxscript_ep_passes.ep.profiles import EpProfile
@@ -66,6 +65,11 @@ from onnxscript_ep_passes.fusion.fuse_for_ep import (
 from onnxscript_ep_passes.passes.lower_for_ep import LowerOpsetForEpPass
 from onnxscript_ep_passes.passes.options import SearchOptions, search_options
 from onnxscript_ep_passes.reports.verdict import Figures, verdict
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from onnxscript_ep_passes.passes.options import SearchFlags, SearchKeywords
 
 logger = logging.getLogger(__name__)
 
@@ -154,26 +158,16 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         target_opset: int | None = None,
         *,
         table: KernelTable | None = None,
-        legalize: bool = True,
         fuse: bool = True,
         max_length: int = 4096,
-        dims: DimsSpec = None,
-        measure: bool = False,
         measure_rounds: int = 20,
-        lowest_opset: int | None = None,
         allow_padding_differences: bool = False,
         kernel_table: str | os.PathLike[str] | None = None,
         options: SearchOptions | None = None,
+        **search: Unpack[SearchFlags],
     ) -> None:
         self.allow_padding_differences = allow_padding_differences
-        self.options = search_options(
-            options,
-            target_opset=target_opset,
-            lowest_opset=lowest_opset,
-            legalize=legalize,
-            dims=dims,
-            measure=measure,
-        )
+        self.options = search_options(options, target_opset=target_opset, **search)
         self.measure = self.options.measure
         self.measure_rounds = measure_rounds
         self.candidates: list[CandidateRecord] = []
@@ -323,21 +317,19 @@ def optimize_for_ep(
     ep: str | EpProfile | EpTarget,
     *,
     ort_version: str | None = None,
-    target_opset: int | None = None,
     table: KernelTable | None = None,
-    legalize: bool = True,
     fuse: bool = True,
     max_length: int = 4096,
-    dims: DimsSpec = None,
-    measure: bool = False,
-    lowest_opset: int | None = None,
     allow_padding_differences: bool = False,
     kernel_table: str | os.PathLike[str] | None = None,
     options: SearchOptions | None = None,
+    **search: Unpack[SearchKeywords],
 ) -> ir.Model:
     """Optimize ``model`` for ``ep`` in place (see module docstring) and return it.
 
-    ``dims`` and ``measure`` are :class:`OptimizeForEpPass`'s (the cost objective's
+    ``search`` are the keywords of :class:`~onnxscript_ep_passes.passes.options.
+    SearchOptions` (sugar for ``options``): ``dims`` and ``measure`` are
+    :class:`OptimizeForEpPass`'s (the cost objective's
     dimension sizes; choosing between the fused and the unfused model, and the lowering's
     opset candidates, by measuring them in real sessions); ``lowest_opset`` bounds the
     lowering's search; ``allow_padding_differences`` accepts fusions that agree at every
@@ -353,13 +345,6 @@ def optimize_for_ep(
         max_length=max_length,
         allow_padding_differences=allow_padding_differences,
         kernel_table=kernel_table,
-        options=search_options(
-            options,
-            target_opset=target_opset,
-            lowest_opset=lowest_opset,
-            legalize=legalize,
-            dims=dims,
-            measure=measure,
-        ),
+        options=search_options(options, **search),
     )(model)
     return model

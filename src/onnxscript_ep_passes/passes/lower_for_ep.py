@@ -71,6 +71,7 @@ import collections
 import dataclasses
 import logging
 import os
+from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 
@@ -106,6 +107,11 @@ from onnxscript_ep_passes.passes.choice_decisions import choice_decisions
 from onnxscript_ep_passes.passes.legalize import LegalizationDecision
 from onnxscript_ep_passes.passes.options import SearchOptions, lowest_opset_of, search_options
 from onnxscript_ep_passes.reports.verdict import Figures, verdict
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from onnxscript_ep_passes.passes.options import SearchFlags
 
 logger = logging.getLogger(__name__)
 
@@ -417,22 +423,12 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
         target_opset: int | None = None,
         *,
         table: KernelTable | None = None,
-        legalize: bool = True,
-        dims: DimsSpec = None,
-        measure: bool = False,
         kernel_table: str | os.PathLike[str] | None = None,
-        lowest_opset: int | None = None,
         options: SearchOptions | None = None,
+        **search: Unpack[SearchFlags],
     ) -> None:
         super().__init__()
-        self.options = search_options(
-            options,
-            target_opset=target_opset,
-            lowest_opset=lowest_opset,
-            legalize=legalize,
-            dims=dims,
-            measure=measure,
-        )
+        self.options = search_options(options, target_opset=target_opset, **search)
         self.request = TargetRequest(ep, ort_version, table, kernel_table)
         self.profile = self.request.profile
         self.ep = self.profile.ort_name

@@ -20,13 +20,16 @@ Rules:
 
 from __future__ import annotations
 
-__all__ = ["SearchKeywords", "SearchOptions", "lowest_opset_of", "search_options"]
+__all__ = ["SearchFlags", "SearchKeywords", "SearchOptions", "lowest_opset_of", "search_options"]
 
 import dataclasses
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.lowering.lower_opset import MIN_TARGET_OPSET
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 def lowest_opset_of(lowest_opset: int | None, target_opset: int | None = None) -> int:
@@ -54,14 +57,20 @@ def lowest_opset_of(lowest_opset: int | None, target_opset: int | None = None) -
     return lowest_opset
 
 
-class SearchKeywords(TypedDict, total=False):
-    """The keywords that build :class:`SearchOptions` (for ``**search`` signatures)."""
+class SearchFlags(TypedDict, total=False):
+    """The keywords that build :class:`SearchOptions` but ``target_opset`` (for the
+    ``**search`` of a signature that takes it by position)."""
 
-    target_opset: int | None
     lowest_opset: int | None
     legalize: bool
     dims: DimsSpec
     measure: bool
+
+
+class SearchKeywords(SearchFlags, total=False):
+    """The keywords that build :class:`SearchOptions` (for ``**search`` signatures)."""
+
+    target_opset: int | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,34 +116,17 @@ class SearchOptions:
 
 
 def search_options(
-    options: SearchOptions | None,
-    *,
-    target_opset: int | None = None,
-    lowest_opset: int | None = None,
-    legalize: bool = True,
-    dims: DimsSpec = None,
-    measure: bool = False,
+    options: SearchOptions | None, **search: Unpack[SearchKeywords]
 ) -> SearchOptions:
-    """``options``, or the options the keywords name (rule 3).
+    """``options``, or the options the keywords ``search`` name (rule 3).
 
     Raises:
         ValueError: ``options`` and a keyword other than its default are both given.
     """
     if options is None:
-        return SearchOptions.of(
-            target_opset=target_opset,
-            lowest_opset=lowest_opset,
-            legalize=legalize,
-            dims=dims,
-            measure=measure,
-        )
-    given = {
-        "target_opset": target_opset is not None,
-        "lowest_opset": lowest_opset is not None,
-        "legalize": legalize is not True,
-        "dims": dims is not None,
-        "measure": measure is not False,
-    }
-    if named := [name for name, set_ in given.items() if set_]:
+        return SearchOptions.of(**search)
+    defaults: dict[str, object] = {"legalize": True, "measure": False}
+    named = [name for name, value in search.items() if value != defaults.get(name)]
+    if named:
         raise ValueError(f"pass options= or {', '.join(named)}=, not both")
     return options

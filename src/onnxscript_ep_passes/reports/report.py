@@ -71,13 +71,13 @@ import functools
 import importlib.resources
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
 
 from onnxscript_ep_passes.ep import cost
 from onnxscript_ep_passes.ep.cost import PlacementCost
-from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
+from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.placement import NodePlacement, PlacementPrediction
 from onnxscript_ep_passes.ep.profiles import EpProfile
@@ -86,6 +86,11 @@ from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringChoice, choose_fo
 from onnxscript_ep_passes.passes.options import SearchOptions, search_options
 from onnxscript_ep_passes.reports.text import WIDTH, format_report, print_report, render_report
 from onnxscript_ep_passes.reports.verdict import Figures
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from onnxscript_ep_passes.passes.options import SearchKeywords
 
 SCHEMA_VERSION = 1
 
@@ -243,34 +248,23 @@ def placement_report(
     ep: str | EpProfile | EpTarget,
     *,
     ort_version: str | None = None,
-    target_opset: int | None = None,
     table: KernelTable | None = None,
-    legalize: bool = True,
-    dims: DimsSpec = None,
-    measure: bool = False,
     kernel_table: str | os.PathLike[str] | None = None,
     model_name: str | None = None,
-    lowest_opset: int | None = None,
     check_runs: bool = False,
     options: SearchOptions | None = None,
+    **search: Unpack[SearchKeywords],
 ) -> dict[str, Any]:
     """Predicted placement before and after lowering for ``ep`` (the model is not changed).
 
     ``ep``, ``ort_version``, ``table``, ``kernel_table``, ``options`` and its keywords
-    (``target_opset``, ``legalize``, ``dims``, ``measure``, ``lowest_opset``) as for
+    ``search`` (``target_opset``, ``legalize``, ``dims``, ``measure``, ``lowest_opset``) as for
     :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass`; ``model_name`` is the
     report's ``model`` (the path given; default: the graph's name). ``check_runs`` (the
     ``report`` command's default) runs the model, and when it fails the candidates, in
     real ORT sessions and fills ``runs`` (:func:`~onnxscript_ep_passes.reports.run_check.run_check`).
     """
-    asked = search_options(
-        options,
-        target_opset=target_opset,
-        lowest_opset=lowest_opset,
-        legalize=legalize,
-        dims=dims,
-        measure=measure,
-    )
+    asked = search_options(options, **search)
     target = target_of(
         ep, ort_version, table=table, kernel_table=kernel_table, measure=asked.measure
     )
