@@ -56,6 +56,7 @@ from onnxscript_ep_passes.fusion.choice import (
     predicted_counts,
 )
 from onnxscript_ep_passes.fusion.fuse_for_ep import (
+    ACTIVATION_FUSIONS,
     ATTENTION_FUSIONS,
     NORM_FUSIONS,
     FuseForEpPass,
@@ -290,7 +291,7 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
     def _run(self, model: ir.Model, target: EpTarget, *, fuse: bool) -> None:
         self._fuse(model, target, ATTENTION_FUSIONS, fuse)
         lowered = LowerOpsetForEpPass(target, options=self.options)(model).modified
-        self._fuse(model, target, NORM_FUSIONS, fuse)
+        self._fuse(model, target, NORM_FUSIONS + ACTIVATION_FUSIONS, fuse)
         if not lowered:
             _Optimize()(model)
             return

@@ -7,6 +7,8 @@ proof reads (Trilu, Where to an additive float mask) and non-causal ones it must
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -181,7 +183,10 @@ def test_trilu_and_where_masks(upper: int, k: int, proven: bool) -> None:
 def test_a_mask_given_as_an_input_or_from_an_unknown_op_is_refused() -> None:
     nodes = [helper.make_node("RandomUniformLike", ["q"], ["mask"])]
     model = _model(nodes, [])
-    with pytest.raises(RefusedError, match=r"RandomUniformLike node .* is not modelled"):
+    with pytest.raises(
+        RefusedError,
+        match=r"computed by RandomUniformLike node .* in a way the proof cannot follow",
+    ):
         prove_causal_mask(model, model.graph.node(-1).inputs[3], max_length=4096)  # type: ignore[arg-type]
 
 
@@ -266,3 +271,55 @@ def test_packed_sequences_given_as_position_ids_are_refused() -> None:
     model = _model(*_packed("input"))
     reason = "it depends on the values of input 'position_ids', not only on sizes and padding"
     _proven_or_refused(model, model.graph.node(-1), False, reason)
+
+
+@pytest.mark.parametrize(
+    ("target", "proven"),
+    [
+        ("batch_minus1", True),
+        ("zero_minus1", True),
+        ("minus1_batch", False),
+        ("two_minus1", False),
+    ],
+)
+def test_a_reshape_that_keeps_the_masks_shape_is_read_as_a_no_op(
+    target: str, proven: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    # GPT-2 spells ``attention_mask.view(batch, -1)``: Reshape to [B, -1] of a [B, T]
+    # mask keeps it as it is (so does [0, -1]). [-1, B] (B = 1 here) makes it a column,
+    # followed as such: a mask over the query, refused for what it computes. [2, -1] is a
+    # Reshape the proof cannot follow: refused naming the node, its reason at -v.
+    pieces = {
+        "batch_minus1": ["batch", "minus1"],
+        "zero_minus1": ["zero1", "minus1"],
+        "minus1_batch": ["minus1", "batch"],
+        "two_minus1": ["two", "minus1"],
+    }[target]
+    nodes, inits = _positions("LessOrEqual")
+    nodes = [
+        helper.make_node("Shape", ["attention_mask"], ["batch"], start=0, end=1),
+        helper.make_node("Concat", pieces, ["target"], axis=0),
+        helper.make_node("Reshape", ["attention_mask", "target"], ["am_view"]),
+        *(
+            helper.make_node(n.op_type, ["am_view"], list(n.output), to=TensorProto.BOOL)
+            if n.op_type == "Cast"
+            else n
+            for n in nodes
+        ),
+    ]
+    inits += [_i64("minus1", [-1]), _i64("zero1", [0]), _i64("two", [2])]
+    model = _model(nodes, inits)
+    mask = model.graph.node(-1).inputs[3]
+    assert mask is not None
+    caplog.set_level(logging.DEBUG, logger="onnxscript_ep_passes.fusion.mask_proof")
+    if proven:
+        prove_causal_mask(model, mask, max_length=4096)
+    elif target == "minus1_batch":
+        with pytest.raises(RefusedError, match=r"it ignores attention_mask \(the padding\)"):
+            prove_causal_mask(model, mask, max_length=4096)
+    else:
+        with pytest.raises(RefusedError, match=r"computed by Reshape node .* cannot follow") as e:
+            prove_causal_mask(model, mask, max_length=4096)
+        assert e.value.detail == "Reshape other than a no-op or to a 1-element vector"
+        assert "a 1-element vector" not in str(e.value)  # the interpreter's words: at -v
+        assert "a 1-element vector" in caplog.text

@@ -7,7 +7,10 @@
   :mod:`~onnxscript_ep_passes.fusion.mask_terms` and
   :mod:`~onnxscript_ep_passes.fusion.mask_pieces`);
 - :mod:`~onnxscript_ep_passes.fusion.normalization` -- RMS normalizations ->
-  ``SimplifiedLayerNormalization`` / ``SkipSimplifiedLayerNormalization``;
+  ``SimplifiedLayerNormalization`` / ``SkipSimplifiedLayerNormalization``, a residual
+  ``Add`` + ``LayerNormalization`` -> ``SkipLayerNormalization``;
+- :mod:`~onnxscript_ep_passes.fusion.activation` -- the written-out tanh Gelu ->
+  ``FastGelu``, bias + exact Gelu -> ``BiasGelu``;
 - :mod:`~onnxscript_ep_passes.fusion.evaluate` -- running parts of a model on generated
   inputs (the numeric checks);
 - :mod:`~onnxscript_ep_passes.fusion.verify` -- running a fused candidate on the CPU EP

@@ -21,6 +21,7 @@ from __future__ import annotations
 __all__ = [
     "COMPARE",
     "ONE",
+    "REFUSED",
     "SIZES",
     "Atom",
     "Bounds",
@@ -44,6 +45,7 @@ __all__ = [
     "const_axes",
     "const_val",
     "describe_mismatch",
+    "handler_name",
     "has_past_input",
     "is_lowest",
     "map_elem",
@@ -56,6 +58,7 @@ __all__ = [
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -201,8 +204,12 @@ class Bounds:
         return self.minimum(lin, dims) >= 0
 
 
+REFUSED = "mask not proven causal: "
+"""How every mask refusal starts."""
+
+
 def refuse(why: str) -> RefusedError:
-    return RefusedError(f"mask not proven causal: {why}")
+    return RefusedError(f"{REFUSED}{why}")
 
 
 def canonical(atom: Atom) -> Atom:
@@ -398,3 +405,8 @@ def has_past_input(model: ir.Model) -> bool:
         v.shape is not None and len(v.shape) == 4 and "past" in (v.name or "")
         for v in model.graph.inputs
     )
+
+
+def handler_name(op_type: str) -> str:
+    """The interpreter method that reads ``op_type``: ``CumSum`` -> ``op_cum_sum``."""
+    return "op_" + re.sub(r"(?<!^)(?=[A-Z][a-z])", "_", op_type).lower()
