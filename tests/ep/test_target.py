@@ -36,10 +36,10 @@ def test_a_file_and_the_measure_only_fallback(tmp_path: Path) -> None:
     from_file = resolve_target("tensorrt", "1.24", kernel_table=path)
     assert from_file.kind is TableKind.FILE and from_file.detail == str(path)
     assert not from_file.ort_version_assumed
-    measured = resolve_target("openvino", measure=True)
+    measured = resolve_target("coreml", measure=True)
     assert measured.kind is TableKind.NONE and measured.table.source == MEASURED_ONLY
     with pytest.raises(ValueError, match="--kernel-table FILE"):
-        resolve_target("openvino")
+        resolve_target("coreml")
 
 
 def test_a_target_given_to_a_pass_is_used_as_is() -> None:
