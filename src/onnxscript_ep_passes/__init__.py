@@ -14,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from onnxscript_ep_passes.ep.target import EpTarget, resolve_target
     from onnxscript_ep_passes.errors import DowngradeError, InvalidModelError, Refusal
     from onnxscript_ep_passes.lowering import (
         DEFAULT_REGISTRY,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
         register_downgrade,
     )
     from onnxscript_ep_passes.lowering.lower_opset import ORT_TRACKING_ISSUE
+    from onnxscript_ep_passes.passes.options import SearchOptions
 
 __all__ = [
     "DEFAULT_REGISTRY",
@@ -33,11 +35,14 @@ __all__ = [
     "AdapterRegistry",
     "DowngradeContext",
     "DowngradeError",
+    "EpTarget",
     "InvalidModelError",
     "LowerOpsetPass",
     "Refusal",
+    "SearchOptions",
     "lower_opset",
     "register_downgrade",
+    "resolve_target",
 ]
 
 __version__ = "0.1.0"
@@ -47,6 +52,9 @@ _HOMES = {
     "InvalidModelError": "onnxscript_ep_passes.errors",
     "Refusal": "onnxscript_ep_passes.errors",
     "ORT_TRACKING_ISSUE": "onnxscript_ep_passes.lowering.lower_opset",
+    "EpTarget": "onnxscript_ep_passes.ep.target",
+    "resolve_target": "onnxscript_ep_passes.ep.target",
+    "SearchOptions": "onnxscript_ep_passes.passes.options",
 }
 
 

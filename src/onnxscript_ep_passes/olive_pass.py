@@ -52,6 +52,7 @@ from olive.passes.pass_config import BasePassConfig, PassConfigParam
 from onnxscript_ep_passes.ep.profiles import CPU
 from onnxscript_ep_passes.model_files.io import has_external_data
 from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringResult, LowerOpsetForEpPass
+from onnxscript_ep_passes.passes.options import SearchOptions
 
 logger = logging.getLogger(__name__)
 
@@ -107,13 +108,12 @@ class LowerOpsetForEp(Pass):
     ) -> ONNXModelHandler:
         ep = str(self.accelerator_spec.execution_provider or CPU.ort_name)
         ir_model = model.load_ir_model()
-        lowering = LowerOpsetForEpPass(
-            ep,
-            config.ort_version,
-            config.target_opset,
-            legalize=config.legalize,
+        options = SearchOptions.of(
+            target_opset=config.target_opset,
             lowest_opset=config.lowest_opset,
+            legalize=config.legalize,
         )
+        lowering = LowerOpsetForEpPass(ep, config.ort_version, options=options)
         result = lowering(ir_model)
         assert isinstance(result, EpLoweringResult)
         choice = result.choice

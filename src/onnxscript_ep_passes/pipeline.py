@@ -37,7 +37,8 @@ from __future__ import annotations
 __all__ = ["OptimizeForEpPass", "ep_pass_list", "optimize_for_ep"]
 
 import logging
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
 from onnxscript.optimizer import optimize
@@ -45,11 +46,10 @@ from onnxscript.rewriter import onnx_fusions
 
 from onnxscript_ep_passes.core.copies import adopt
 from onnxscript_ep_passes.ep.cost import PlacementCost, placement_cost
-from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
-from onnxscript_ep_passes.ep.profiles import resolve_ep
-from onnxscript_ep_passes.ep.table_choice import get_table
+from onnxscript_ep_passes.ep.profiles import EpProfile
+from onnxscript_ep_passes.ep.target import EpTarget, TargetRequest
 from onnxscript_ep_passes.fusion.choice import (
     CandidateRecord,
     choose_by_measurement,
@@ -63,8 +63,14 @@ from onnxscript_ep_passes.fusion.fuse_for_ep import (
     FusionRecord,
     FusionSpec,
 )
-from onnxscript_ep_passes.passes.lower_for_ep import LowerOpsetForEpPass, lowest_opset_of
+from onnxscript_ep_passes.passes.lower_for_ep import LowerOpsetForEpPass
+from onnxscript_ep_passes.passes.options import SearchOptions, search_options
 from onnxscript_ep_passes.reports.verdict import Figures, verdict
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from onnxscript_ep_passes.passes.options import SearchFlags, SearchKeywords
 
 logger = logging.getLogger(__name__)
 
@@ -129,15 +135,16 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
     """The pipeline of the module docstring; :attr:`fusions` holds what steps 2 and 4 did.
 
     Args:
-        ep, ort_version, target_opset, legalize, lowest_opset: As for
-            :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass`.
-        table: A kernel table to use instead of looking one up.
+        ep, ort_version, target_opset, legalize, lowest_opset, table, kernel_table,
+            options: As for :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass` (the
+            target, an :class:`~onnxscript_ep_passes.ep.target.EpTarget`, is resolved
+            once and given to every step).
         fuse: Run step 2.
         max_length: Longest past + current sequence a fused attention must support.
         dims: Sizes of symbolic dims for the cost estimate and measured runs (a
-            ``DimSizes``, a mapping, a ``--dims`` string or None).
+            ``DimSizes``, a mapping, a ``--dims`` string or None; sugar for ``options``).
         measure: Choose between the fused and the unfused model by running both
-            (module docstring).
+            (module docstring; sugar for ``options``).
         measure_rounds: Interleaved timed runs per candidate when measuring.
         allow_padding_differences: Keep a fusion that agrees with the unfused model at
             every position ``attention_mask`` keeps, whatever it computes at padding
@@ -147,33 +154,29 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
 
     def __init__(
         self,
-        ep: str,
+        ep: str | EpProfile | EpTarget,
         ort_version: str | None = None,
         target_opset: int | None = None,
         *,
         table: KernelTable | None = None,
-        legalize: bool = True,
         fuse: bool = True,
         max_length: int = 4096,
-        dims: DimsSpec = None,
-        measure: bool = False,
         measure_rounds: int = 20,
-        lowest_opset: int | None = None,
         allow_padding_differences: bool = False,
+        kernel_table: str | os.PathLike[str] | None = None,
+        options: SearchOptions | None = None,
+        **search: Unpack[SearchFlags],
     ) -> None:
         self.allow_padding_differences = allow_padding_differences
-        self.lowest_opset = lowest_opset_of(lowest_opset, target_opset)
-        self.dims = dims  # a DimSizes, a mapping, a --dims string or None (the lowering's)
-        self.measure = measure
+        self.options = search_options(options, target_opset=target_opset, **search)
+        self.measure = self.options.measure
         self.measure_rounds = measure_rounds
         self.candidates: list[CandidateRecord] = []
         self.chosen: str | None = None
-        self.profile = resolve_ep(ep)
+        self.request = TargetRequest(ep, ort_version, table, kernel_table)
+        self.profile = self.request.profile
         self.ep = self.profile.ort_name
-        self.ort_version = ort_version
-        self.target_opset = target_opset
         self.table = table
-        self.legalize = legalize
         self.fuse = fuse
         self.max_length = max_length
         self.opset: int | None = None
@@ -243,41 +246,41 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         if self.profile.is_host:
             self.opset = model.opset_imports.get("")
             return ir.passes.PassResult(model, modified=True)
-        table = self.table = self.table or get_table(self.ep, self.ort_version)
-        sizes = DimSizes.of(self.dims)
+        target = self.request.resolve(measure=self.measure)
+        table = self.table = target.table
+        sizes = self.options.dims
         self.before = predict_placement(model, table)
         self.before_cost = placement_cost(self.before, model, sizes)
         unfused = model.clone() if self.measure and self.fuse else None
-        self._run(model, table, fuse=self.fuse)
+        self._run(model, target, fuse=self.fuse)
         if unfused is not None:
-            self._choose(model, unfused, table)
+            self._choose(model, unfused, target)
         self.opset = model.opset_imports.get("")
         self.after = predict_placement(model, table)
         self.after_cost = placement_cost(self.after, model, sizes)
         return ir.passes.PassResult(model, modified=True)
 
-    def _choose(self, model: ir.Model, unfused: ir.Model, table: KernelTable) -> None:
+    def _choose(self, model: ir.Model, unfused: ir.Model, target: EpTarget) -> None:
         """Measure the fused and the unfused model; keep the faster (module docstring)."""
         if not any(r.kept for r in self.fusions):
             logger.info("--measure: nothing was fused, one candidate, nothing to choose")
             return
-        self._run(unfused, table, fuse=False)
+        self._run(unfused, target, fuse=False)
         self.chosen, self.candidates = choose_by_measurement(
             [("fused", model), ("unfused", unfused)],
-            table,
-            self.dims,
+            target.table,
+            self.options.dims,
             rounds=self.measure_rounds,
         )
         if self.chosen == "unfused":
             adopt(model, unfused)
 
     def _fuse(
-        self, model: ir.Model, table: KernelTable, fusions: tuple[FusionSpec, ...], fuse: bool
+        self, model: ir.Model, target: EpTarget, fusions: tuple[FusionSpec, ...], fuse: bool
     ) -> None:
         if fuse:
             fusing = FuseForEpPass(
-                self.ep,
-                table=table,
+                target,
                 max_length=self.max_length,
                 fusions=fusions,
                 allow_padding_differences=self.allow_padding_differences,
@@ -286,27 +289,18 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
             fusing(model)
             self.fusions.extend(fusing.records)
 
-    def _run(self, model: ir.Model, table: KernelTable, *, fuse: bool) -> None:
-        self._fuse(model, table, ATTENTION_FUSIONS, fuse)
-        lowering = LowerOpsetForEpPass(
-            self.ep,
-            self.ort_version,
-            self.target_opset,
-            table=table,
-            legalize=self.legalize,
-            dims=self.dims,
-            measure=self.measure,
-            lowest_opset=self.lowest_opset,
-        )
-        lowered = lowering(model).modified
-        self._fuse(model, table, NORM_FUSIONS + ACTIVATION_FUSIONS, fuse)
+    def _run(self, model: ir.Model, target: EpTarget, *, fuse: bool) -> None:
+        self._fuse(model, target, ATTENTION_FUSIONS, fuse)
+        lowered = LowerOpsetForEpPass(target, options=self.options)(model).modified
+        self._fuse(model, target, NORM_FUSIONS + ACTIVATION_FUSIONS, fuse)
         if not lowered:
             _Optimize()(model)
             return
         candidate = model.clone()
         _OptimizeAndFuse()(candidate)
+        table = target.table
         before, after = predict_placement(model, table), predict_placement(candidate, table)
-        sizes = DimSizes.of(self.dims)  # the user's --dims, as the lowering prices with
+        sizes = self.options.dims  # the user's --dims, as the lowering prices with
         score_before = placement_cost(before, model, sizes)
         score_after = placement_cost(after, candidate, sizes)
         if not score_before.improves_on(score_after):
@@ -322,38 +316,37 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
 
 def optimize_for_ep(
     model: ir.Model,
-    ep: str,
+    ep: str | EpProfile | EpTarget,
     *,
     ort_version: str | None = None,
-    target_opset: int | None = None,
     table: KernelTable | None = None,
-    legalize: bool = True,
     fuse: bool = True,
     max_length: int = 4096,
-    dims: DimsSpec = None,
-    measure: bool = False,
-    lowest_opset: int | None = None,
     allow_padding_differences: bool = False,
+    kernel_table: str | os.PathLike[str] | None = None,
+    options: SearchOptions | None = None,
+    **search: Unpack[SearchKeywords],
 ) -> ir.Model:
     """Optimize ``model`` for ``ep`` in place (see module docstring) and return it.
 
-    ``dims`` and ``measure`` are :class:`OptimizeForEpPass`'s (the cost objective's
+    ``search`` are the keywords of :class:`~onnxscript_ep_passes.passes.options.
+    SearchOptions` (sugar for ``options``): ``dims`` and ``measure`` are
+    :class:`OptimizeForEpPass`'s (the cost objective's
     dimension sizes; choosing between the fused and the unfused model, and the lowering's
     opset candidates, by measuring them in real sessions); ``lowest_opset`` bounds the
     lowering's search; ``allow_padding_differences`` accepts fusions that agree at every
-    position ``attention_mask`` keeps (default: at every position).
+    position ``attention_mask`` keeps (default: at every position); ``options`` (a
+    :class:`~onnxscript_ep_passes.passes.options.SearchOptions`) instead of the search's
+    keywords.
     """
     OptimizeForEpPass(
         ep,
         ort_version,
-        target_opset,
         table=table,
-        legalize=legalize,
         fuse=fuse,
         max_length=max_length,
-        dims=dims,
-        measure=measure,
-        lowest_opset=lowest_opset,
         allow_padding_differences=allow_padding_differences,
+        kernel_table=kernel_table,
+        options=search_options(options, **search),
     )(model)
     return model

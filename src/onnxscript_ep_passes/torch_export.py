@@ -23,17 +23,24 @@ from __future__ import annotations
 __all__ = ["lower_for_ep", "lower_program_opset"]
 
 import os
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import onnx_ir as ir
 
-from onnxscript_ep_passes.ep.dims import DimsSpec
+from onnxscript_ep_passes.ep.profiles import EpProfile
+from onnxscript_ep_passes.ep.target import EpTarget
 from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
 from onnxscript_ep_passes.passes.lower_for_ep import (
     EpLoweringChoice,
     EpLoweringResult,
     LowerOpsetForEpPass,
 )
+from onnxscript_ep_passes.passes.options import SearchOptions, search_options
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from onnxscript_ep_passes.passes.options import SearchKeywords
 
 
 class _HasModel(Protocol):
@@ -59,31 +66,24 @@ def _model_changed(program: Any) -> None:
 
 def lower_for_ep(
     program: _HasModel,
-    ep: str,
+    ep: str | EpProfile | EpTarget,
     *,
     ort_version: str | None = None,
-    target_opset: int | None = None,
-    legalize: bool = True,
-    dims: DimsSpec = None,
-    measure: bool = False,
     kernel_table: str | os.PathLike[str] | None = None,
-    lowest_opset: int | None = None,
+    options: SearchOptions | None = None,
+    **search: Unpack[SearchKeywords],
 ) -> EpLoweringChoice | None:
     """Lower ``program.model`` in place to the opset best for ``ep``; return the choice.
 
     Returns None for the CPU EP (nothing to lower); ``choice.summary()`` is the verdict
-    line. See :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass` for the arguments
-    (``legalize=False``: only choose the opset, never expand a node).
+    line. See :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass` for the arguments;
+    ``search`` are the keywords of
+    :class:`~onnxscript_ep_passes.passes.options.SearchOptions` (``target_opset``,
+    ``lowest_opset``, ``legalize=False``: only choose the opset, never expand a node,
+    ``dims``, ``measure``), sugar for ``options``.
     """
     lowering = LowerOpsetForEpPass(
-        ep,
-        ort_version,
-        target_opset,
-        legalize=legalize,
-        dims=dims,
-        measure=measure,
-        kernel_table=kernel_table,
-        lowest_opset=lowest_opset,
+        ep, ort_version, kernel_table=kernel_table, options=search_options(options, **search)
     )
     result = lowering(_model_of(program))
     if result.modified:

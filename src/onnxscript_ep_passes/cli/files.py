@@ -7,7 +7,7 @@ Rules (``docs/safety.md``):
   output is a :class:`~onnxscript_ep_passes.errors.UsageError` (exit 2); an output that
   is a directory or in a missing directory an ``OSError`` (exit 1). See :mod:`~onnxscript_ep_passes.model_files.paths`.
 - :func:`read_table`: the ``--kernel-table`` file, read strictly
-  (:func:`~onnxscript_ep_passes.ep.table_source.read_kernel_table`) before the model, so
+  (:func:`~onnxscript_ep_passes.ep.target.read_kernel_table`) before the model, so
   that a bad table costs no work.
 - :func:`write_report`: the report written atomically after OUT, with at most the
   permissions of the files the model was read from.
@@ -45,7 +45,7 @@ def read_table(args: argparse.Namespace) -> KernelTable | None:
     """The ``--kernel-table`` file's table for ``--ep`` (None without the option)."""
     if getattr(args, "kernel_table", None) is None:
         return None
-    from onnxscript_ep_passes.ep.table_source import read_kernel_table
+    from onnxscript_ep_passes.ep.target import read_kernel_table
 
     return read_kernel_table(args.kernel_table, args.ep, args.ort_version)
 

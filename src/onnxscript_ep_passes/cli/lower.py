@@ -23,7 +23,6 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from onnxscript_ep_passes.cli.examples import lowest_opset_problem
 from onnxscript_ep_passes.errors import UsageError
 
 if TYPE_CHECKING:
@@ -64,8 +63,10 @@ def run(args: argparse.Namespace) -> list[str]:
     from onnxscript_ep_passes.model_files.paths import check_not_weights
     from onnxscript_ep_passes.model_files.proto_save import early_save, proto_source_file
 
-    if problem := lowest_opset_problem(args):
-        raise UsageError(problem)
+    if args.ep is not None:
+        from onnxscript_ep_passes.cli.options import search_options_of
+
+        search_options_of(args)  # a bad --lowest-opset is refused before any file is read
     if args.ep is None:
         from onnxscript_ep_passes.lowering.lower_opset import LowerOpsetPass
 
@@ -156,21 +157,11 @@ def lower_for_ep(
     """Lower ``model`` for ``args.ep`` (with ``table``, a ``--kernel-table`` read already);
     return whether it changed, the line to show and, with ``--report-json``, the report to
     write (the caller writes it once OUT is saved)."""
-    from onnxscript_ep_passes.ep.dims import parse_dims
+    from onnxscript_ep_passes.cli.options import search_options_of, target_of_args
     from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringResult, LowerOpsetForEpPass
     from onnxscript_ep_passes.reports.report import choice_report
 
-    lowering = LowerOpsetForEpPass(
-        args.ep,
-        args.ort_version,
-        args.target_opset,
-        table=table,
-        legalize=not args.no_legalize,
-        dims=parse_dims(args.dims),
-        measure=args.measure,
-        kernel_table=args.kernel_table,
-        lowest_opset=args.lowest_opset,
-    )
+    lowering = LowerOpsetForEpPass(target_of_args(args, table), options=search_options_of(args))
     result = lowering(model)
     assert isinstance(result, EpLoweringResult)
     choice = result.choice

@@ -18,14 +18,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from onnxscript_ep_passes.cli.options import (
-    dims_value,
-    ep_value,
-    opset_value,
-    ort_version_value,
-    path_value,
-    positive_int,
-)
+from onnxscript_ep_passes.cli.options import path_value, positive_int, search_arguments
 
 
 def report_schema() -> dict[str, Any]:
@@ -38,13 +31,7 @@ def report_schema() -> dict[str, Any]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", type=path_value, help="input .onnx file")
     parser.add_argument("-o", "--output", required=True, type=path_value, help="output .onnx file")
-    ep_help = "webgpu, cuda, dml, or an ORT EP name"
-    parser.add_argument("--ep", required=True, type=ep_value, help=ep_help)
-    version_help = "the ORT release the model will run on"
-    parser.add_argument("--ort-version", type=ort_version_value, help=version_help)
-    target_help = "lower to this opset, not the best"
-    parser.add_argument("--target-opset", type=opset_value, help=target_help)
-    parser.add_argument("--no-legalize", action="store_true", help="never expand nodes")
+    search_arguments(parser)
     parser.add_argument("--no-fuse", action="store_true", help="no com.microsoft fusions")
     parser.add_argument(
         "--max-length",
@@ -52,13 +39,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=4096,
         help="longest past + current sequence a fused attention must support (default 4096)",
     )
-    measure_help = (
-        "run the fused and the unfused model in real ORT sessions on the EP (and the "
-        "lowering's best opsets); keep the fastest (the EP must be loadable here)"
-    )
-    parser.add_argument("--measure", action="store_true", help=measure_help)
-    dims_help = "sizes of symbolic dimensions for estimates and measured runs (NAME=SIZE,...)"
-    parser.add_argument("--dims", metavar="NAME=SIZE,...", type=dims_value, help=dims_help)
     report_help = "write what was fused (JSON) to this file"
     parser.add_argument("--report-json", metavar="FILE", type=path_value, help=report_help)
     padding_help = (
@@ -66,15 +46,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "even where it differs at padding positions (default: every position must agree)"
     )
     parser.add_argument("--allow-padding-differences", action="store_true", help=padding_help)
-    lowest_help = "weigh no opset below N (default 18): a faster search (see lower --help)"
-    parser.add_argument("--lowest-opset", metavar="N", type=opset_value, help=lowest_help)
 
 
 def run(args: argparse.Namespace) -> list[str]:
     """Load, optimize and save the model, then write ``--report-json``; return the lines
     to show."""
-    from onnxscript_ep_passes.cli.files import write_report
-    from onnxscript_ep_passes.ep.dims import parse_dims
+    from onnxscript_ep_passes.cli.files import read_table, write_report
+    from onnxscript_ep_passes.cli.options import search_options_of, target_of_args
     from onnxscript_ep_passes.model_files.io import (
         check_output_path,
         data_files,
@@ -84,20 +62,17 @@ def run(args: argparse.Namespace) -> list[str]:
     from onnxscript_ep_passes.model_files.paths import check_not_weights
     from onnxscript_ep_passes.pipeline import OptimizeForEpPass
 
+    options = search_options_of(args)
+    table = read_table(args)
     model = load_model(args.model)
     check_output_path(model, args.output)
     inputs = [Path(args.model), *data_files(model)]
     check_not_weights({"--report-json": args.report_json}, inputs[1:])
     pipeline = OptimizeForEpPass(
-        args.ep,
-        args.ort_version,
-        args.target_opset,
-        legalize=not args.no_legalize,
+        target_of_args(args, table),
+        options=options,
         fuse=not args.no_fuse,
         max_length=args.max_length,
-        dims=parse_dims(args.dims),
-        measure=args.measure,
-        lowest_opset=args.lowest_opset,
         allow_padding_differences=args.allow_padding_differences,
     )
     pipeline(model)

@@ -16,6 +16,13 @@ Rules:
 
 Each function takes the option's text and returns its value (the text itself, except for
 the integers), raising :class:`argparse.ArgumentTypeError` with the reason.
+
+The options of the EP search (``--ep``, ``--ort-version``, ``--target-opset``,
+``--no-legalize``, ``--dims``, ``--measure``, ``--kernel-table``, ``--lowest-opset``) are
+defined once, by :func:`search_arguments`, for ``lower``, ``report`` and ``optimize``
+alike; :func:`search_options_of` builds the
+:class:`~onnxscript_ep_passes.passes.options.SearchOptions` from them once and
+:func:`target_of_args` the :class:`~onnxscript_ep_passes.ep.target.EpTarget`.
 """
 
 from __future__ import annotations
@@ -27,10 +34,22 @@ __all__ = [
     "ort_version_value",
     "path_value",
     "positive_int",
+    "search_arguments",
+    "search_options_of",
+    "target_of_args",
 ]
 
 import argparse
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from onnxscript_ep_passes.errors import UsageError
+
+if TYPE_CHECKING:
+    from onnxscript_ep_passes.ep.kernel_table import KernelTable
+    from onnxscript_ep_passes.ep.profiles import EpProfile
+    from onnxscript_ep_passes.ep.target import EpTarget
+    from onnxscript_ep_passes.passes.options import SearchOptions
 
 _MIN_OPSET = 18  # lowering.lower_opset.MIN_TARGET_OPSET, not imported: start-up stays light
 
@@ -115,3 +134,68 @@ def path_value(text: str) -> str:
     if "\0" in text:
         raise argparse.ArgumentTypeError("a path with a NUL character")
     return text
+
+
+def search_arguments(parser: argparse.ArgumentParser, *, ep_required: bool = True) -> None:
+    """Add the EP search's options to ``parser`` (``ep_required=False``: ``lower``, where
+    ``--ep`` is one of two ways to name the target and these options need it)."""
+    needs = "" if ep_required else "with --ep: "
+    ep_help = "webgpu, cuda, dml, or an ORT EP name"
+    if not ep_required:
+        ep_help = "pick the opset best for this EP (webgpu, cuda, dml, ...)"
+    parser.add_argument("--ep", required=ep_required, type=ep_value, help=ep_help)
+    version_help = (
+        f"{needs}the ORT release the model will run on (e.g. 1.24; default: the installed "
+        "one, a shipped table when it cannot list the EP)"
+    )
+    parser.add_argument("--ort-version", type=ort_version_value, help=version_help)
+    target_help = "the ai.onnx opset to lower to, not the best"
+    parser.add_argument("--target-opset", type=opset_value, help=target_help)
+    legalize_help = f"{needs}only choose the opset; never expand nodes the EP cannot run"
+    parser.add_argument("--no-legalize", action="store_true", help=legalize_help)
+    dims_help = "sizes of symbolic dimensions (default: 'batch' 1, 'past' 128, others 128)"
+    parser.add_argument("--dims", metavar="NAME=SIZE,...", type=dims_value, help=dims_help)
+    measure_help = "run the best candidates in real ORT sessions on the EP; keep the fastest"
+    parser.add_argument("--measure", action="store_true", help=measure_help)
+    table_help = "the EP's kernels in the snapshot TSV format (an EP without a shipped table)"
+    parser.add_argument("--kernel-table", metavar="FILE", type=path_value, help=table_help)
+    lowest_help = (
+        "weigh no opset below N (default 18): a faster search when lower opsets are not "
+        "wanted (below some opset a model's ops may expand to several times its size)"
+    )
+    parser.add_argument("--lowest-opset", metavar="N", type=opset_value, help=lowest_help)
+
+
+def search_options_of(args: argparse.Namespace) -> SearchOptions:
+    """The search's options from the parsed ``args``, checked once.
+
+    Raises:
+        UsageError: ``--lowest-opset`` above ``--target-opset``.
+    """
+    from onnxscript_ep_passes.passes.options import SearchOptions
+
+    try:
+        return SearchOptions.of(
+            target_opset=args.target_opset,
+            lowest_opset=args.lowest_opset,
+            legalize=not args.no_legalize,
+            dims=args.dims,
+            measure=args.measure,
+        )
+    except ValueError as error:
+        raise UsageError(f"--lowest-opset: {error}") from None
+
+
+def target_of_args(
+    args: argparse.Namespace, table: KernelTable | None = None
+) -> EpProfile | EpTarget:
+    """The target ``--ep``, ``--ort-version``, ``--kernel-table`` (``table``: the file,
+    read already) and ``--measure`` name; the CPU EP's profile alone (it runs every opset:
+    no table to look up)."""
+    from onnxscript_ep_passes.ep.profiles import resolve_ep
+    from onnxscript_ep_passes.ep.target import target_of
+
+    profile = resolve_ep(args.ep)
+    if profile.is_host and table is None:
+        return profile
+    return target_of(profile, args.ort_version, table=table, measure=args.measure)

@@ -51,19 +51,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from onnxscript_ep_passes import __version__
-from onnxscript_ep_passes.cli.examples import (
-    LOWER_EXAMPLES,
-    OPTIMIZE_EXAMPLES,
-    REPORT_EXAMPLES,
-    lowest_opset_problem,
-    objective_arguments,
-)
-from onnxscript_ep_passes.cli.options import (
-    ep_value,
-    opset_value,
-    ort_version_value,
-    path_value,
-)
+from onnxscript_ep_passes.cli.examples import LOWER_EXAMPLES, OPTIMIZE_EXAMPLES, REPORT_EXAMPLES
+from onnxscript_ep_passes.cli.options import path_value, search_arguments
 from onnxscript_ep_passes.core.collector import paused_collector
 from onnxscript_ep_passes.core.console import configure_logging, native_output
 from onnxscript_ep_passes.core.display import shown, shown_lines
@@ -119,21 +108,7 @@ def _lower_arguments(parser: argparse.ArgumentParser) -> None:
     model_help = "input .onnx file (external data is read lazily)"
     parser.add_argument("model", type=path_value, help=model_help)
     parser.add_argument("-o", "--output", required=True, type=path_value, help="output .onnx file")
-    parser.add_argument("--target-opset", type=opset_value, help="the ai.onnx opset to lower to")
-    parser.add_argument(
-        "--ep", type=ep_value, help="pick the opset best for this EP (webgpu, cuda, dml, ...)"
-    )
-    parser.add_argument(
-        "--ort-version",
-        type=ort_version_value,
-        help="with --ep: the ORT release the model will run on (e.g. 1.24)",
-    )
-    parser.add_argument(
-        "--no-legalize",
-        action="store_true",
-        help="with --ep: only choose the opset; never expand nodes the EP cannot run",
-    )
-    objective_arguments(parser)
+    search_arguments(parser, ep_required=False)
     parser.add_argument(
         "--report-json",
         metavar="FILE",
@@ -176,57 +151,35 @@ def _lower(args: argparse.Namespace) -> int:
 
 def _report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", type=path_value, help="input .onnx file")
-    parser.add_argument(
-        "--ep", required=True, type=ep_value, help="webgpu, cuda, dml, or an ORT EP name"
-    )
-    parser.add_argument(
-        "--ort-version",
-        type=ort_version_value,
-        help="the ORT release (default: the installed one; a snapshot when it cannot list the EP)",
-    )
-    parser.add_argument(
-        "--target-opset", type=opset_value, help="evaluate this opset, not the best"
-    )
+    search_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--all", action="store_true", help="list every op, not only those whose placement changes"
-    )
-    parser.add_argument(
-        "--no-legalize", action="store_true", help="only choose the opset; expand nothing"
     )
     parser.add_argument(
         "--no-run",
         action="store_true",
         help="do not run the model (and, when it fails, the candidates) on ORT's CPU EP",
     )
-    objective_arguments(parser)
 
 
 def _report(args: argparse.Namespace) -> int:
     if args.json and args.all:
         raise UsageError("--all applies to the text report; --json always holds every node")
     from onnxscript_ep_passes.cli.files import read_table
-    from onnxscript_ep_passes.ep.dims import parse_dims
+    from onnxscript_ep_passes.cli.options import search_options_of, target_of_args
     from onnxscript_ep_passes.model_files.io import load_model
     from onnxscript_ep_passes.reports.report import placement_report, print_report
 
-    if problem := lowest_opset_problem(args):
-        raise UsageError(problem)
+    options = search_options_of(args)
     table = read_table(args)
     model = load_model(args.model)
     with _stdout_to_stderr():
         result = placement_report(
             model,
-            args.ep,
-            ort_version=args.ort_version,
-            target_opset=args.target_opset,
-            table=table,
-            legalize=not args.no_legalize,
-            dims=parse_dims(args.dims),
-            measure=args.measure,
-            kernel_table=args.kernel_table,
+            target_of_args(args, table),
+            options=options,
             model_name=args.model,
-            lowest_opset=args.lowest_opset,
             check_runs=not args.no_run,
         )
     if args.json:
@@ -248,9 +201,9 @@ def _optimize_arguments(parser: argparse.ArgumentParser) -> None:
 def _optimize(args: argparse.Namespace) -> int:
     from onnxscript_ep_passes.cli.files import check_paths
     from onnxscript_ep_passes.cli.optimize import run
+    from onnxscript_ep_passes.cli.options import search_options_of
 
-    if problem := lowest_opset_problem(args):
-        raise UsageError(problem)
+    search_options_of(args)  # a bad --lowest-opset is refused before any file is read
     check_paths(args, {"-o": args.output, "--report-json": args.report_json})
     with _stdout_to_stderr():
         lines = run(args)

@@ -10,8 +10,9 @@
   under ``ep/data``.
 - :mod:`~onnxscript_ep_passes.ep.kernel_listing` and
   :mod:`~onnxscript_ep_passes.ep.live_tables` -- tables listed from the installed ORT.
-- :mod:`~onnxscript_ep_passes.ep.table_choice` -- which table to use for an EP and ORT
-  version (:func:`get_table`).
+- :mod:`~onnxscript_ep_passes.ep.target` -- a run's target: the EP, its table, the ORT
+  release and the table's provenance (:func:`resolve_target`); ``table_choice`` and
+  ``table_source`` keep the old names (:func:`get_table`) and the file reader.
 - :mod:`~onnxscript_ep_passes.ep.traits` -- the form of an EP's memory facts (which
   inputs/outputs it keeps in CPU memory, whether ORT moves shape computations off it).
 - :mod:`~onnxscript_ep_passes.ep.memo` -- caches keyed by value for the per-node work
@@ -32,7 +33,7 @@ from onnxscript_ep_passes.ep.cost import (
     candidate_rank,
     placement_cost,
 )
-from onnxscript_ep_passes.ep.kernel_table import KernelRange, KernelTable
+from onnxscript_ep_passes.ep.kernel_table import KernelRange, KernelTable, TableKind
 from onnxscript_ep_passes.ep.live_tables import LiveTableUnavailableError, live_table
 from onnxscript_ep_passes.ep.placement import (
     NodePlacement,
@@ -66,6 +67,7 @@ from onnxscript_ep_passes.ep.sessions import (
 )
 from onnxscript_ep_passes.ep.snapshots import SnapshotInfo, available_snapshots, load_snapshot
 from onnxscript_ep_passes.ep.table_choice import get_table
+from onnxscript_ep_passes.ep.target import EpTarget, resolve_target
 from onnxscript_ep_passes.ep.traits import EpTraits
 
 __all__ = [
@@ -76,6 +78,7 @@ __all__ = [
     "CandidateRank",
     "CostRates",
     "EpProfile",
+    "EpTarget",
     "EpTraits",
     "KernelRange",
     "KernelTable",
@@ -87,6 +90,7 @@ __all__ = [
     "PlacementMeasurement",
     "PlacementPrediction",
     "SnapshotInfo",
+    "TableKind",
     "Transfer",
     "available_snapshots",
     "candidate_rank",
@@ -102,6 +106,7 @@ __all__ = [
     "profile_for",
     "register_webgpu",
     "resolve_ep",
+    "resolve_target",
     "traits_for",
     "webgpu_available",
 ]

@@ -23,20 +23,62 @@ does. The rules:
 Where tables come from is elsewhere: shipped snapshots in
 :mod:`~onnxscript_ep_passes.ep.snapshots`, live listings in
 :mod:`~onnxscript_ep_passes.ep.live_tables`, and the choice between them in
-:mod:`~onnxscript_ep_passes.ep.table_choice`. :attr:`KernelTable.source` records it.
+:mod:`~onnxscript_ep_passes.ep.target`. :attr:`KernelTable.kind` records it as a
+:class:`TableKind`, :attr:`KernelTable.source` as the text reports show; the text is read
+back (:meth:`TableKind.of_source`, :func:`source_label`) only here, for reports given
+as JSON.
 """
 
 from __future__ import annotations
 
-__all__ = ["KernelRange", "KernelTable"]
+__all__ = ["KernelRange", "KernelTable", "TableKind", "source_label"]
 
 import dataclasses
+import enum
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 from onnxscript_ep_passes.ep.names import normalize_domain, normalize_type
 
 _INT_MAX = 2**31 - 1
+
+
+class TableKind(enum.Enum):
+    """Where a kernel table comes from (its provenance, as a value).
+
+    - ``LIVE``: listed from the installed ORT (``source`` ``"live:<API>"``);
+    - ``SNAPSHOT``: a shipped snapshot (``"snapshot:<file>"``, marked when not a release);
+    - ``FILE``: a caller's table (``--kernel-table FILE``: ``"file:<path>"``, or built from
+      rows);
+    - ``NONE``: no table, only measuring can choose (``"none: measured"``).
+    """
+
+    LIVE = "live"
+    SNAPSHOT = "snapshot"
+    FILE = "file"
+    NONE = "none"
+
+    @classmethod
+    def of_source(cls, source: str) -> TableKind:
+        """The kind a ``source`` text names (``"live:..."`` -> ``LIVE``; any text without
+        a known prefix is a caller's table, ``FILE``)."""
+        prefix = source.partition(":")[0]
+        for kind in cls:
+            if prefix == kind.value:
+                return kind
+        return cls.FILE
+
+
+def source_label(source: str) -> str:
+    """What a verdict calls a table: ``"live table"``, ``"snapshot cuda-ort-1.24"``
+    (``"... (not from a release)"`` kept), else ``source`` itself."""
+    kind = TableKind.of_source(source)
+    if kind is TableKind.LIVE:
+        return "live table"
+    if kind is TableKind.SNAPSHOT:
+        # "snapshot:<name>.tsv", with " (not from a release)" after it when it is not
+        return "snapshot " + source.removeprefix("snapshot:").replace(".tsv", "", 1)
+    return source
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +141,8 @@ class KernelTable:
         ranges: ``(domain, op) -> kernel ranges`` in registration order; domain ``""`` is
             ai.onnx.
         ep_version: Version of a plugin EP library (e.g. onnxruntime-ep-webgpu), if any.
+        kind: The provenance as a value (default: the kind ``source`` names,
+            :meth:`TableKind.of_source`).
     """
 
     ep: str
@@ -106,10 +150,15 @@ class KernelTable:
     source: str
     ranges: Mapping[tuple[str, str], tuple[KernelRange, ...]] = dataclasses.field(hash=False)
     ep_version: str | None = None
+    kind: TableKind = dataclasses.field(default=None, compare=False)  # type: ignore[assignment]
     # Answers of pure functions of this (immutable) table, by their callers' names.
     _memos: dict[str, dict[Hashable, Any]] = dataclasses.field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False
     )
+
+    def __post_init__(self) -> None:
+        if self.kind is None:
+            object.__setattr__(self, "kind", TableKind.of_source(self.source))
 
     @classmethod
     def from_rows(
@@ -120,11 +169,12 @@ class KernelTable:
         rows: Iterable[tuple[str, str, int, int | None, Mapping[str, Iterable[str]] | None]],
         *,
         ep_version: str | None = None,
+        kind: TableKind | None = None,
     ) -> KernelTable:
         """Build a table from ``(domain, op, start, end, type_constraints)`` rows.
 
         ``end`` may be ``None`` or ORT's INT_MAX for an open range; domains and type
-        names are normalised.
+        names are normalised; ``kind`` defaults to the kind ``source`` names.
         """
         grouped: dict[tuple[str, str], list[KernelRange]] = {}
         for domain, op, start, end, types in rows:
@@ -142,6 +192,7 @@ class KernelTable:
             source=source,
             ranges={k: tuple(v) for k, v in grouped.items()},
             ep_version=ep_version,
+            kind=TableKind.of_source(source) if kind is None else kind,
         )
 
     # -- queries -----------------------------------------------------------------

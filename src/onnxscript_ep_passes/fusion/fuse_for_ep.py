@@ -42,6 +42,7 @@ __all__ = [
 import dataclasses
 import functools
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -50,8 +51,8 @@ import onnx_ir.passes.common as common_passes
 
 from onnxscript_ep_passes.core.copies import adopt
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
-from onnxscript_ep_passes.ep.profiles import canonical_ep_name, resolve_ep
-from onnxscript_ep_passes.ep.table_choice import get_table
+from onnxscript_ep_passes.ep.profiles import EpProfile
+from onnxscript_ep_passes.ep.target import EpTarget, TargetRequest
 from onnxscript_ep_passes.fusion.activation import fuse_bias_gelu, fuse_fast_gelu
 from onnxscript_ep_passes.fusion.attention import fuse_attention_to_gqa
 from onnxscript_ep_passes.fusion.evaluate import Sizes
@@ -193,9 +194,11 @@ class FuseForEpPass(ir.passes.InPlacePass):
     """Fuse into ORT kernels the EP has, verified (see module docstring).
 
     Args:
-        ep: EP name (``webgpu``, ``cuda``, ...).
+        ep: EP name (``webgpu``, ``cuda``, ...), its profile, or an
+            :class:`~onnxscript_ep_passes.ep.target.EpTarget`.
         ort_version: The ORT release the model will run on (default: the installed one).
         table: A kernel table to use instead of looking one up.
+        kernel_table: A file with the EP's kernels in the snapshot format.
         max_length: Longest past + current sequence the fused attention supports (rows of
             its rotary caches).
         fusions: The fusions to try (default :data:`FUSIONS`).
@@ -207,10 +210,11 @@ class FuseForEpPass(ir.passes.InPlacePass):
 
     def __init__(
         self,
-        ep: str,
+        ep: str | EpProfile | EpTarget,
         ort_version: str | None = None,
         *,
         table: KernelTable | None = None,
+        kernel_table: str | os.PathLike[str] | None = None,
         max_length: int = 4096,
         fusions: tuple[FusionSpec, ...] = FUSIONS,
         allow_padding_differences: bool = False,
@@ -220,9 +224,9 @@ class FuseForEpPass(ir.passes.InPlacePass):
         self.prior_tolerance = prior_tolerance
         self.allow_padding_differences = allow_padding_differences
         self.check_ep = check_ep
-        self.ep = canonical_ep_name(ep)
-        self.ort_version = ort_version
-        self.table = table
+        self.request = TargetRequest(ep, ort_version, table, kernel_table)
+        self.profile = self.request.profile
+        self.ep = self.profile.ort_name
         self.max_length = max_length
         self.fusions = fusions
         self.records: list[FusionRecord] = []
@@ -237,11 +241,11 @@ class FuseForEpPass(ir.passes.InPlacePass):
         return loadable, None if loadable else why
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        table = self.table or get_table(self.ep, self.ort_version)
+        table = self.request.resolve().table
         self.records = []
         common_passes.ShapeInferencePass()(model)
         check_ep, not_checked = self._ep_check()
-        if resolve_ep(self.ep).is_host:
+        if self.profile.is_host:
             not_checked = None
         original = model.clone()
         reference: Runs = {}

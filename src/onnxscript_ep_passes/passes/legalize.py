@@ -54,6 +54,7 @@ __all__ = [
 import collections
 import dataclasses
 import logging
+import os
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
@@ -65,17 +66,14 @@ from onnxscript_ep_passes.core.progress import track
 from onnxscript_ep_passes.ep.cost import PlacementCost, placement_cost
 from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
-from onnxscript_ep_passes.ep.placement import (
-    NodePlacement,
-    PlacementPrediction,
-    predict_placement,
-)
-from onnxscript_ep_passes.ep.profiles import resolve_ep
-from onnxscript_ep_passes.ep.table_choice import get_table
+from onnxscript_ep_passes.ep.placement import NodePlacement, PlacementPrediction, predict_placement
+from onnxscript_ep_passes.ep.profiles import EpProfile
+from onnxscript_ep_passes.ep.target import EpTarget, TargetRequest
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.context import NodeRefusedError
 from onnxscript_ep_passes.lowering.expansion import expand_node, function_body_version
 from onnxscript_ep_passes.lowering.lower_opset import default_opset
+from onnxscript_ep_passes.passes.options import SearchOptions, search_options
 from onnxscript_ep_passes.passes.static_shapes import fold_static_shapes
 from onnxscript_ep_passes.passes.widen_bool import bool_components, widen_carrier, widen_node
 
@@ -457,36 +455,35 @@ class LegalizeForEpPass(ir.passes.InPlacePass):
     """Legalize the model for ``ep`` at its current opset (see the module docstring).
 
     Args:
-        ep: The EP, by ORT name or alias ("webgpu", "cuda", "dml").
-        ort_version: The ORT release; None for the installed one.
-        table: A kernel table to use instead of looking one up.
-        dims: Sizes of symbolic dimensions for the cost estimate (:mod:`..ep.dims`).
+        ep, ort_version, table, kernel_table, options, dims: As for
+            :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass` (only dims are read).
 
     The pass returns a :class:`LegalizeForEpResult`.
     """
 
     def __init__(
         self,
-        ep: str,
+        ep: str | EpProfile | EpTarget,
         ort_version: str | None = None,
         *,
         table: KernelTable | None = None,
         dims: DimsSpec = None,
+        kernel_table: str | os.PathLike[str] | None = None,
+        options: SearchOptions | None = None,
     ) -> None:
         super().__init__()
-        self.profile = resolve_ep(ep)
+        self.options = search_options(options, dims=dims)
+        self.request = TargetRequest(ep, ort_version, table, kernel_table)
+        self.profile = self.request.profile
         self.ep = self.profile.ort_name
-        self.ort_version = ort_version
-        self.table = table
-        self.dims = DimSizes.of(dims)
 
     def call(self, model: ir.Model) -> LegalizeForEpResult:
         if self.profile.is_host:
             return LegalizeForEpResult(model, False)
-        table = self.table if self.table is not None else get_table(self.ep, self.ort_version)
+        table = self.request.resolve().table
         mark = checkpoint(model)
         try:
-            result = legalize(model, table, dims=self.dims)
+            result = legalize(model, table, dims=self.options.dims)
         except BaseException:
             mark.restore()  # the caller's model as it was, whatever failed
             raise

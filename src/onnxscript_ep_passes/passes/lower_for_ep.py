@@ -62,6 +62,7 @@ __all__ = [
     "EpLoweringResult",
     "LowerOpsetForEpPass",
     "candidate_models",
+    "choose_for_target",
     "choose_target_opset",
     "lowest_opset_of",
 ]
@@ -70,6 +71,7 @@ import collections
 import dataclasses
 import logging
 import os
+from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 
@@ -82,12 +84,11 @@ from onnxscript_ep_passes.ep.cost import (
     best_candidate,
 )
 from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
-from onnxscript_ep_passes.ep.kernel_table import KernelTable
+from onnxscript_ep_passes.ep.kernel_table import KernelTable, TableKind
 from onnxscript_ep_passes.ep.measure import CandidateMeasurement
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
-from onnxscript_ep_passes.ep.profiles import resolve_ep
-from onnxscript_ep_passes.ep.table_choice import release_assumed
-from onnxscript_ep_passes.ep.table_source import MEASURED_ONLY, resolve_table
+from onnxscript_ep_passes.ep.profiles import EpProfile
+from onnxscript_ep_passes.ep.target import EpTarget, TargetRequest
 from onnxscript_ep_passes.errors import DowngradeError
 from onnxscript_ep_passes.lowering.lower_opset import (
     MIN_TARGET_OPSET,
@@ -104,7 +105,13 @@ from onnxscript_ep_passes.passes.candidates import (
 )
 from onnxscript_ep_passes.passes.choice_decisions import choice_decisions
 from onnxscript_ep_passes.passes.legalize import LegalizationDecision
+from onnxscript_ep_passes.passes.options import SearchOptions, lowest_opset_of, search_options
 from onnxscript_ep_passes.reports.verdict import Figures, verdict
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from onnxscript_ep_passes.passes.options import SearchFlags
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +140,7 @@ class EpLoweringChoice:
             candidate measured.
         ort_version_assumed: The table is a shipped snapshot of another release than the
             caller named, or the caller named none: ``ort_version`` is assumed
-            (:func:`~onnxscript_ep_passes.ep.table_choice.release_assumed`).
+            (:func:`~onnxscript_ep_passes.ep.target.release_assumed`).
         ort_version_requested: The release the caller named (None when none was).
         lowest_opset: The lowest opset the search was allowed to weigh (18, or the
             caller's bound).
@@ -235,7 +242,7 @@ def _search(
     if source is None:
         raise ValueError("the model imports no ai.onnx opset")
     measure_top, distinct = settings.measure_top, True
-    if table.source == MEASURED_ONLY:  # no kernel table: measure every reachable opset
+    if table.kind is TableKind.NONE:  # no kernel table: measure every reachable opset
         if not settings.measure:
             raise ValueError(f"{table.ep} has no kernel table: only measuring can choose")
         legalize, measure_top, distinct = False, 100, False
@@ -333,29 +340,27 @@ def choose_target_opset(
     return _search(model, table, target_opset, floor, legalize, settings)[0]
 
 
-def lowest_opset_of(lowest_opset: int | None, target_opset: int | None = None) -> int:
-    """The lowest opset a search may weigh: ``lowest_opset``, or 18 when None.
-
-    A bound makes the search cheaper when the opsets below it are not wanted (each lower
-    candidate of a model whose ops expand below some opset can be several times the
-    model's size); the choice is then the best of the opsets weighed.
-
-    Raises:
-        ValueError: ``lowest_opset`` is below 18, or above an explicit ``target_opset``.
-    """
-    if lowest_opset is None:
-        return MIN_TARGET_OPSET
-    if lowest_opset < MIN_TARGET_OPSET:
-        raise ValueError(
-            f"lowest_opset {lowest_opset} is below {MIN_TARGET_OPSET}, the lowest opset the "
-            "adapters reach"
-        )
-    if target_opset is not None and target_opset < lowest_opset:
-        raise ValueError(
-            f"target_opset {target_opset} is below lowest_opset {lowest_opset}: "
-            "the search may not weigh it"
-        )
-    return lowest_opset
+def choose_for_target(
+    model: ir.Model, target: EpTarget, options: SearchOptions
+) -> tuple[EpLoweringChoice, ir.Model | None]:
+    """The choice for ``target`` as ``options`` ask (``model`` is not modified), marked
+    with the release the target assumes, and the chosen legalized candidate's model (None
+    when a plain candidate is chosen)."""
+    settings = SearchSettings(options.dims, options.measure)
+    choice, legalized_model, _ = _search(
+        model,
+        target.table,
+        options.target_opset,
+        options.lowest_opset,
+        options.legalize,
+        settings,
+    )
+    choice = dataclasses.replace(
+        choice,
+        ort_version_assumed=target.ort_version_assumed,
+        ort_version_requested=target.ort_version_requested,
+    )
+    return choice, legalized_model
 
 
 def candidate_models(
@@ -392,70 +397,48 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
     """Lower the model to the opset best for ``ep`` (see the module docstring).
 
     Args:
-        ep: The EP, by ORT name or alias ("webgpu", "cuda", "dml", "cpu").
+        ep: The EP, by ORT name or alias ("webgpu", "cuda", "dml", "cpu"), its profile, or
+            an :class:`~onnxscript_ep_passes.ep.target.EpTarget` (then no ``ort_version``,
+            ``table`` nor ``kernel_table``).
         ort_version: The ORT release the model will run on; None for the installed one
             (a live kernel table when the EP can be listed here, else the nearest snapshot).
-        target_opset: Force this opset instead of choosing.
+        target_opset, legalize, dims, measure, lowest_opset: Sugar for ``options``
+            (:class:`~onnxscript_ep_passes.passes.options.SearchOptions`): force an opset;
+            also consider legalized candidates (module docstring, rule 6); sizes of the
+            model's symbolic dimensions for the cost estimate; measure the top candidates
+            in real sessions on the EP (rule 8; an EP with no kernel table is then handled
+            by measuring every reachable opset); weigh no opset below this one.
         table: A kernel table to use instead of looking one up.
-        legalize: Also consider legalized candidates (module docstring, rule 6); False
-            gives the plain opset choice.
-        dims: Sizes of the model's symbolic dimensions for the cost estimate
-            (``{"batch": 1, "sequence_length": 128}``, a ``--dims`` string, or None for
-            the defaults of :mod:`~onnxscript_ep_passes.ep.dims`).
-        measure: Measure the top candidates in real sessions on the EP and pick the
-            fastest (module docstring, rule 8). An EP with no kernel table (no live
-            listing, no snapshot, no ``kernel_table``) is then handled by measuring
-            every reachable opset.
         kernel_table: A file with the EP's kernels in the snapshot format, for an EP
-            without a shipped table (:mod:`~onnxscript_ep_passes.ep.table_source`).
-        lowest_opset: Weigh no opset below this one (default 18; :func:`lowest_opset_of`).
+            without a shipped table (:func:`~onnxscript_ep_passes.ep.target.resolve_target`).
+        options: What the search is asked, instead of the keywords.
 
     The pass returns an :class:`EpLoweringResult`.
     """
 
     def __init__(
         self,
-        ep: str,
+        ep: str | EpProfile | EpTarget,
         ort_version: str | None = None,
         target_opset: int | None = None,
         *,
         table: KernelTable | None = None,
-        legalize: bool = True,
-        dims: DimsSpec = None,
-        measure: bool = False,
         kernel_table: str | os.PathLike[str] | None = None,
-        lowest_opset: int | None = None,
+        options: SearchOptions | None = None,
+        **search: Unpack[SearchFlags],
     ) -> None:
         super().__init__()
-        self.lowest_opset = lowest_opset_of(lowest_opset, target_opset)
-        self.profile = resolve_ep(ep)
+        self.options = search_options(options, target_opset=target_opset, **search)
+        self.request = TargetRequest(ep, ort_version, table, kernel_table)
+        self.profile = self.request.profile
         self.ep = self.profile.ort_name
-        self.ort_version = ort_version
-        self.target_opset = target_opset
-        self.table = table
-        self.legalize = legalize
-        self.dims = DimSizes.of(dims)
-        self.measure = measure
-        self.kernel_table = kernel_table
 
     def call(self, model: ir.Model) -> EpLoweringResult:
         if self.profile.is_host:
             logger.debug("%s runs every opset: nothing to lower", self.ep)
             return EpLoweringResult(model, False)
-        table = self.table
-        if table is None:
-            table = resolve_table(
-                self.ep, self.ort_version, kernel_table=self.kernel_table, measure=self.measure
-            )
-        settings = SearchSettings(self.dims, self.measure)
-        choice, legalized_model, _ = _search(
-            model, table, self.target_opset, self.lowest_opset, self.legalize, settings
-        )
-        given = self.table is not None or self.kernel_table is not None
-        choice = dataclasses.replace(
-            choice,
-            ort_version_assumed=not given and release_assumed(table, self.ort_version),
-            ort_version_requested=self.ort_version,
+        choice, legalized_model = choose_for_target(
+            model, self.request.resolve(measure=self.options.measure), self.options
         )
         modified = False
         if legalized_model is not None:

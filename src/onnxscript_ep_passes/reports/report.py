@@ -67,25 +67,30 @@ __all__ = [
     "report_schema",
 ]
 
-import dataclasses
 import functools
 import importlib.resources
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
 
 from onnxscript_ep_passes.ep import cost
 from onnxscript_ep_passes.ep.cost import PlacementCost
-from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
+from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.placement import NodePlacement, PlacementPrediction
-from onnxscript_ep_passes.ep.table_choice import release_assumed
-from onnxscript_ep_passes.ep.table_source import resolve_table
-from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringChoice, choose_target_opset
+from onnxscript_ep_passes.ep.profiles import EpProfile
+from onnxscript_ep_passes.ep.target import EpTarget, target_of
+from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringChoice, choose_for_target
+from onnxscript_ep_passes.passes.options import SearchOptions, search_options
 from onnxscript_ep_passes.reports.text import WIDTH, format_report, print_report, render_report
 from onnxscript_ep_passes.reports.verdict import Figures
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from onnxscript_ep_passes.passes.options import SearchKeywords
 
 SCHEMA_VERSION = 1
 
@@ -240,47 +245,33 @@ def choice_report(
 
 def placement_report(
     model: ir.Model,
-    ep: str,
+    ep: str | EpProfile | EpTarget,
     *,
     ort_version: str | None = None,
-    target_opset: int | None = None,
     table: KernelTable | None = None,
-    legalize: bool = True,
-    dims: DimsSpec = None,
-    measure: bool = False,
     kernel_table: str | os.PathLike[str] | None = None,
     model_name: str | None = None,
-    lowest_opset: int | None = None,
     check_runs: bool = False,
+    options: SearchOptions | None = None,
+    **search: Unpack[SearchKeywords],
 ) -> dict[str, Any]:
     """Predicted placement before and after lowering for ``ep`` (the model is not changed).
 
-    ``legalize``, ``dims``, ``measure``, ``kernel_table`` and ``lowest_opset`` as for
+    ``ep``, ``ort_version``, ``table``, ``kernel_table``, ``options`` and its keywords
+    ``search`` (``target_opset``, ``legalize``, ``dims``, ``measure``, ``lowest_opset``) as for
     :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass`; ``model_name`` is the
     report's ``model`` (the path given; default: the graph's name). ``check_runs`` (the
     ``report`` command's default) runs the model, and when it fails the candidates, in
     real ORT sessions and fills ``runs`` (:func:`~onnxscript_ep_passes.reports.run_check.run_check`).
     """
-    given = table is not None or kernel_table is not None
-    if table is None:
-        table = resolve_table(ep, ort_version, kernel_table=kernel_table, measure=measure)
-    choice = choose_target_opset(
-        model,
-        table,
-        target_opset=target_opset,
-        lowest_opset=lowest_opset,
-        legalize=legalize,
-        dims=dims,
-        measure=measure,
+    asked = search_options(options, **search)
+    target = target_of(
+        ep, ort_version, table=table, kernel_table=kernel_table, measure=asked.measure
     )
-    choice = dataclasses.replace(
-        choice,
-        ort_version_assumed=not given and release_assumed(table, ort_version),
-        ort_version_requested=ort_version,
-    )
+    choice, _ = choose_for_target(model, target, asked)
     report = choice_report(model, choice, model_name=model_name or model.graph.name)
     if check_runs:
         from onnxscript_ep_passes.reports.run_check import run_check
 
-        report["runs"] = run_check(model, report, table)
+        report["runs"] = run_check(model, report, target.table)
     return report

@@ -38,6 +38,7 @@ __all__ = ["Figures", "ep_display_name", "quantity", "table_label", "verdict"]
 import dataclasses
 from typing import TYPE_CHECKING
 
+from onnxscript_ep_passes.ep.kernel_table import source_label
 from onnxscript_ep_passes.ep.profiles import profile_for
 
 if TYPE_CHECKING:
@@ -56,13 +57,7 @@ def table_label(ort_version: str, source: str, *, assumed: bool = False) -> str:
     ``assumed``: ``"ORT main-2026-09 assumed, snapshot ..."``; a snapshot that names no
     release keeps the mark its source carries: ``"snapshot dml-ort-1.24 (not from a
     release)"``."""
-    if source.startswith("live:"):
-        kind = "live table"
-    elif source.startswith("snapshot:"):
-        # "snapshot:<name>.tsv", with " (not from a release)" after it when it is not
-        kind = "snapshot " + source.removeprefix("snapshot:").replace(".tsv", "", 1)
-    else:
-        kind = source
+    kind = source_label(source)
     return f"ORT {ort_version}{' assumed' if assumed else ''}, {kind}"
 
 

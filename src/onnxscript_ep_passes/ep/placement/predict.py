@@ -58,7 +58,7 @@ def predict_placement(
 
     Args:
         model: The model (``onnx_ir.Model`` or ``onnx.ModelProto``); it is not modified.
-        table: The EP's kernel table (:func:`~onnxscript_ep_passes.ep.table_choice.get_table`).
+        table: The EP's kernel table (:func:`~onnxscript_ep_passes.ep.target.resolve_target`).
         traits: The EP's memory facts; default :func:`~onnxscript_ep_passes.ep.profiles.traits_for`
             ``(table.ep)``.
         layout_transform: Model the Transposes of ORT's NHWC layout transformation for
