@@ -60,6 +60,7 @@ from onnxscript_ep_passes.fusion.fuse_for_ep import (
     NORM_FUSIONS,
     FuseForEpPass,
     FusionRecord,
+    FusionResult,
     FusionSpec,
 )
 from onnxscript_ep_passes.passes.lower_for_ep import LowerOpsetForEpPass, lowest_opset_of
@@ -281,8 +282,9 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
                 fusions=fusions,
                 allow_padding_differences=self.allow_padding_differences,
             )
-            fusing(model)
-            self.fusions.extend(fusing.records)
+            result = fusing(model)
+            assert isinstance(result, FusionResult)
+            self.fusions.extend(result.records)
 
     def _run(self, model: ir.Model, table: KernelTable, *, fuse: bool) -> None:
         self._fuse(model, table, ATTENTION_FUSIONS, fuse)
