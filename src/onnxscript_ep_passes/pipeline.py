@@ -59,6 +59,7 @@ from onnxscript_ep_passes.fusion.choice import (
     predicted_counts,
 )
 from onnxscript_ep_passes.fusion.fuse_for_ep import (
+    ACTIVATION_FUSIONS,
     ATTENTION_FUSIONS,
     NORM_FUSIONS,
     FuseForEpPass,
@@ -367,7 +368,7 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         stages: list[Stage] = [
             *([self._fuse(ATTENTION_FUSIONS, result)] if fuse else []),  # step 2
             lower,  # step 3
-            *([self._fuse(NORM_FUSIONS, result)] if fuse else []),  # step 4
+            *([self._fuse(NORM_FUSIONS + ACTIVATION_FUSIONS, result)] if fuse else []),  # step 4
             optimize_again,  # step 5
         ]
         modified = False
