@@ -114,8 +114,7 @@ def test_cpu_only_optimizes() -> None:
 def test_report_says_what_was_fused_and_predicts_placement() -> None:
     model = ir.from_proto(export_proto("llama", 24))
     pipeline = OptimizeForEpPass("webgpu", table=load_snapshot("webgpu-ort-1.32"), max_length=64)
-    pipeline(model)
-    report = pipeline.report()
+    report = pipeline(model).report()
     assert report["source_opset"] == 24 and report["table_source"].startswith("snapshot:")
     fused = {f["pattern"]: f for f in report["fusions"] if f["kept"]}
     assert fused["group_query_attention"]["op"] == "com.microsoft::GroupQueryAttention"
@@ -127,6 +126,5 @@ def test_report_says_what_was_fused_and_predicts_placement() -> None:
 def test_no_fuse_keeps_the_attention() -> None:
     model = ir.from_proto(export_proto("llama", 24))
     pipeline = OptimizeForEpPass("webgpu", table=load_snapshot("webgpu-ort-1.32"), fuse=False)
-    pipeline(model)
-    assert pipeline.fusions == []
+    assert pipeline(model).fusions == []
     assert _ops(model)["GroupQueryAttention"] == 0

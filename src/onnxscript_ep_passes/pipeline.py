@@ -1,6 +1,7 @@
 """The deployment pipeline: optimize, fuse into the EP's kernels, lower for the EP, optimize.
 
-:func:`optimize_for_ep` (and :class:`OptimizeForEpPass`, which keeps what each step did)
+:func:`optimize_for_ep` (and :class:`OptimizeForEpPass`, whose :class:`OptimizeResult` says
+what each step did)
 runs, in order:
 
 1. onnxscript's optimizer (constant folding, dead-code removal, ...);
@@ -27,17 +28,19 @@ With ``measure=True`` (``optimize --measure``; the EP must be loadable here) ste
 also run without the fusions, on a copy of step 1's output, and when a fusion was kept
 both models run in real sessions on the EP
 (:func:`~onnxscript_ep_passes.fusion.choice.choose_by_measurement`): the faster one
-(median latency; a tie keeps the fused one) is the result, and :attr:`OptimizeForEpPass.
+(median latency; a tie keeps the fused one) is the result, and :attr:`OptimizeResult.
 candidates` holds each one's predicted and measured figures. The lowering then also
 measures its opset candidates (``LowerOpsetForEpPass(measure=True)``).
 """
 
 from __future__ import annotations
 
-__all__ = ["OptimizeForEpPass", "ep_pass_list", "optimize_for_ep"]
+__all__ = ["OptimizeForEpPass", "OptimizeResult", "ep_pass_list", "optimize_for_ep"]
 
+import dataclasses
 import logging
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
@@ -61,8 +64,10 @@ from onnxscript_ep_passes.fusion.fuse_for_ep import (
     NORM_FUSIONS,
     FuseForEpPass,
     FusionRecord,
+    FusionResult,
     FusionSpec,
 )
+from onnxscript_ep_passes.lowering.opset_imports import require_default_opset
 from onnxscript_ep_passes.passes.lower_for_ep import LowerOpsetForEpPass
 from onnxscript_ep_passes.passes.options import SearchOptions, search_options
 from onnxscript_ep_passes.reports.verdict import Figures, verdict
@@ -73,6 +78,9 @@ if TYPE_CHECKING:
     from onnxscript_ep_passes.passes.options import SearchFlags, SearchKeywords
 
 logger = logging.getLogger(__name__)
+
+Stage = Callable[[ir.Model, EpTarget], bool]
+"""One step of the pipeline on a model placed on a target: whether it changed the model."""
 
 
 def _string_tensors_serializable(model: ir.Model) -> None:
@@ -94,13 +102,27 @@ def _string_tensors_serializable(model: ir.Model) -> None:
                 )
 
 
+def _fingerprint(model: ir.Model) -> tuple[object, ...]:
+    """A cheap summary that changes when the optimizer changes the model: each graph's and
+    function's op sequence (with each node's inputs) and initializer names."""
+    graphs = [model.graph, *model.graph.subgraphs(), *model.functions.values()]
+    return tuple(
+        (
+            tuple((n.domain, n.op_type, tuple(v and v.name for v in n.inputs)) for n in g),
+            tuple(g.initializers) if isinstance(g, ir.Graph) else (),
+        )
+        for g in graphs
+    )
+
+
 class _Optimize(ir.passes.InPlacePass):
-    """onnxscript's optimizer."""
+    """onnxscript's optimizer; ``modified`` when it changed the model's fingerprint."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
+        before = _fingerprint(model)
         optimize(model)
         _string_tensors_serializable(model)
-        return ir.passes.PassResult(model, modified=True)
+        return ir.passes.PassResult(model, modified=_fingerprint(model) != before)
 
 
 class _OptimizeAndFuse(ir.passes.InPlacePass):
@@ -131,8 +153,86 @@ def ep_pass_list(
     ]
 
 
+@dataclasses.dataclass
+class OptimizeResult(ir.passes.PassResult):
+    """The result of :class:`OptimizeForEpPass`: what each step did.
+
+    ``table`` is the kernel table placed on (None for the CPU EP when none was given);
+    ``source_opset`` and ``opset`` the model's ai.onnx opset before and after; ``fusions``
+    what steps 2 and 4 did; ``before``/``after`` and their costs the predicted placement
+    after step 1 and of the result (None for the CPU EP); ``chosen`` and ``candidates``
+    the measured choice (``measured``).
+    """
+
+    ep: str = ""
+    table: KernelTable | None = None
+    source_opset: int | None = None
+    opset: int | None = None
+    fusions: list[FusionRecord] = dataclasses.field(default_factory=list)
+    before: PlacementPrediction | None = None
+    after: PlacementPrediction | None = None
+    before_cost: PlacementCost | None = None
+    after_cost: PlacementCost | None = None
+    allow_padding_differences: bool = False
+    measured: bool = False
+    chosen: str | None = None
+    candidates: list[CandidateRecord] = dataclasses.field(default_factory=list)
+
+    def summary(self, model: str | None = None) -> str:
+        """The verdict line (:func:`~onnxscript_ep_passes.reports.verdict.verdict`):
+        the opset, the nodes fused, then the predicted figures of the model after step 1
+        and of the result, e.g. ``opset 24 kept, 21 nodes fused (4 GroupQueryAttention,
+        ...) on WebGPU (ORT 1.32, live table): Memcpy 23 -> 2 (...)``."""
+        if self.before is None or self.after is None or self.table is None:
+            return f"{model + ': ' if model else ''}optimized (nothing to place on {self.ep})"
+        assert self.before_cost is not None and self.after_cost is not None
+        kept = [r for r in self.fusions if r.kept and r.count]
+        done = None
+        if kept:
+            per_op: dict[str, int] = {}
+            for r in kept:
+                per_op[r.op] = per_op.get(r.op, 0) + r.count
+            total = sum(per_op.values())
+            ops = ", ".join(f"{n} {op.rpartition('::')[2]}" for op, n in per_op.items())
+            done = f"{total} node{'s' if total != 1 else ''} fused ({ops})"
+        return verdict(
+            ep=self.ep,
+            ort_version=self.table.ort_version,
+            table_source=self.table.source,
+            source_opset=self.source_opset or 0,
+            chosen_opset=self.opset or 0,
+            before=Figures.of(self.before, self.before_cost),
+            after=Figures.of(self.after, self.after_cost),
+            model=model,
+            done=done,
+        )
+
+    def report(self) -> dict[str, Any]:
+        """What the run did: fusions, the predicted placement before and after, and
+        (``measure``) each candidate's predicted and measured figures."""
+
+        def side(p: PlacementPrediction | None) -> dict[str, int] | None:
+            return None if p is None else predicted_counts(p)
+
+        table = self.table
+        return {
+            "ep": self.ep,
+            "ort_version": None if table is None else table.ort_version,
+            "table_source": None if table is None else table.source,
+            "source_opset": self.source_opset,
+            "opset": self.opset,
+            "fusions": [r.to_dict() for r in self.fusions],
+            "predicted_before": side(self.before),
+            "predicted_after": side(self.after),
+            "allow_padding_differences": self.allow_padding_differences,
+            "measured": self.measured,
+            "chosen": self.chosen,
+            "candidates": [c.to_dict() for c in self.candidates],
+        }
+
+
 class OptimizeForEpPass(ir.passes.InPlacePass):
-    """The pipeline of the module docstring; :attr:`fusions` holds what steps 2 and 4 did.
+    """The pipeline of the module docstring; returns an :class:`OptimizeResult`.
 
     Args:
         ep, ort_version, target_opset, legalize, lowest_opset, table, kernel_table,
@@ -171,147 +271,124 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         self.options = search_options(options, target_opset=target_opset, **search)
         self.measure = self.options.measure
         self.measure_rounds = measure_rounds
-        self.candidates: list[CandidateRecord] = []
-        self.chosen: str | None = None
         self.request = TargetRequest(ep, ort_version, table, kernel_table)
         self.profile = self.request.profile
         self.ep = self.profile.ort_name
         self.table = table
         self.fuse = fuse
         self.max_length = max_length
-        self.opset: int | None = None
-        self.fusions: list[FusionRecord] = []
-        self.source_opset: int | None = None
-        self.before: PlacementPrediction | None = None
-        self.after: PlacementPrediction | None = None
-        self.before_cost: PlacementCost | None = None
-        self.after_cost: PlacementCost | None = None
 
-    def summary(self, model: str | None = None) -> str:
-        """The last run's verdict line (:func:`~onnxscript_ep_passes.reports.verdict.verdict`):
-        the opset, the nodes fused, then the predicted figures of the model after step 1
-        and of the result, e.g. ``opset 24 kept, 21 nodes fused (4 GroupQueryAttention,
-        ...) on WebGPU (ORT 1.32, live table): Memcpy 23 -> 2 (...)``."""
-        if self.before is None or self.after is None or self.table is None:
-            return f"{model + ': ' if model else ''}optimized (nothing to place on {self.ep})"
-        assert self.before_cost is not None and self.after_cost is not None
-        kept = [r for r in self.fusions if r.kept and r.count]
-        done = None
-        if kept:
-            per_op: dict[str, int] = {}
-            for r in kept:
-                per_op[r.op] = per_op.get(r.op, 0) + r.count
-            total = sum(per_op.values())
-            ops = ", ".join(f"{n} {op.rpartition('::')[2]}" for op, n in per_op.items())
-            done = f"{total} node{'s' if total != 1 else ''} fused ({ops})"
-        return verdict(
+    def requires(self, model: ir.Model) -> None:
+        if not self.profile.is_host:
+            require_default_opset(model)
+
+    def call(self, model: ir.Model) -> OptimizeResult:
+        result = OptimizeResult(
+            model,
+            False,
             ep=self.ep,
-            ort_version=self.table.ort_version,
-            table_source=self.table.source,
-            source_opset=self.source_opset or 0,
-            chosen_opset=self.opset or 0,
-            before=Figures.of(self.before, self.before_cost),
-            after=Figures.of(self.after, self.after_cost),
-            model=model,
-            done=done,
+            table=self.table,
+            source_opset=model.opset_imports.get(""),
+            allow_padding_differences=self.allow_padding_differences,
+            measured=self.measure,
         )
+        result.modified = _Optimize()(model).modified
+        if not self.profile.is_host:
+            target = self.request.resolve(measure=self.measure)
+            table = result.table = target.table
+            sizes = self.options.dims
+            result.before = predict_placement(model, table)
+            result.before_cost = placement_cost(result.before, model, sizes)
+            unfused = model.clone() if self.measure and self.fuse else None
+            result.modified |= self._run(model, target, result, fuse=self.fuse)
+            if unfused is not None:
+                self._choose(model, unfused, target, result)
+            result.after = predict_placement(model, table)
+            result.after_cost = placement_cost(result.after, model, sizes)
+        result.opset = model.opset_imports.get("")
+        return result
 
-    def report(self) -> dict[str, Any]:
-        """What the last run did: fusions, the predicted placement before and after, and
-        (``measure``) each candidate's predicted and measured figures."""
-
-        def side(p: PlacementPrediction | None) -> dict[str, int] | None:
-            return None if p is None else predicted_counts(p)
-
-        table = self.table
-        return {
-            "ep": self.ep,
-            "ort_version": None if table is None else table.ort_version,
-            "table_source": None if table is None else table.source,
-            "source_opset": self.source_opset,
-            "opset": self.opset,
-            "fusions": [r.to_dict() for r in self.fusions],
-            "predicted_before": side(self.before),
-            "predicted_after": side(self.after),
-            "allow_padding_differences": self.allow_padding_differences,
-            "measured": self.measure,
-            "chosen": self.chosen,
-            "candidates": [c.to_dict() for c in self.candidates],
-        }
-
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        self.source_opset = model.opset_imports.get("")
-        self.fusions, self.candidates, self.chosen = [], [], None
-        _Optimize()(model)
-        if self.profile.is_host:
-            self.opset = model.opset_imports.get("")
-            return ir.passes.PassResult(model, modified=True)
-        target = self.request.resolve(measure=self.measure)
-        table = self.table = target.table
-        sizes = self.options.dims
-        self.before = predict_placement(model, table)
-        self.before_cost = placement_cost(self.before, model, sizes)
-        unfused = model.clone() if self.measure and self.fuse else None
-        self._run(model, target, fuse=self.fuse)
-        if unfused is not None:
-            self._choose(model, unfused, target)
-        self.opset = model.opset_imports.get("")
-        self.after = predict_placement(model, table)
-        self.after_cost = placement_cost(self.after, model, sizes)
-        return ir.passes.PassResult(model, modified=True)
-
-    def _choose(self, model: ir.Model, unfused: ir.Model, target: EpTarget) -> None:
+    def _choose(
+        self, model: ir.Model, unfused: ir.Model, target: EpTarget, result: OptimizeResult
+    ) -> None:
         """Measure the fused and the unfused model; keep the faster (module docstring)."""
-        if not any(r.kept for r in self.fusions):
+        if not any(r.kept for r in result.fusions):
             logger.info("--measure: nothing was fused, one candidate, nothing to choose")
             return
-        self._run(unfused, target, fuse=False)
-        self.chosen, self.candidates = choose_by_measurement(
+        self._run(unfused, target, OptimizeResult(unfused, False), fuse=False)
+        result.chosen, result.candidates = choose_by_measurement(
             [("fused", model), ("unfused", unfused)],
             target.table,
             self.options.dims,
             rounds=self.measure_rounds,
         )
-        if self.chosen == "unfused":
+        if result.chosen == "unfused":
             adopt(model, unfused)
 
-    def _fuse(
-        self, model: ir.Model, target: EpTarget, fusions: tuple[FusionSpec, ...], fuse: bool
-    ) -> None:
-        if fuse:
+    def _fuse(self, fusions: tuple[FusionSpec, ...], result: OptimizeResult) -> Stage:
+        """A fusion step: try ``fusions`` (when fusing), their records into ``result``."""
+
+        def fuse(model: ir.Model, target: EpTarget) -> bool:
             fusing = FuseForEpPass(
                 target,
                 max_length=self.max_length,
                 fusions=fusions,
                 allow_padding_differences=self.allow_padding_differences,
-                prior_tolerance=sum(f.tolerance_own for f in self.fusions if f.kept),
+                prior_tolerance=sum(f.tolerance_own for f in result.fusions if f.kept),
             )
-            fusing(model)
-            self.fusions.extend(fusing.records)
+            fused = fusing(model)
+            assert isinstance(fused, FusionResult)
+            result.fusions.extend(fused.records)
+            return fused.modified
 
-    def _run(self, model: ir.Model, target: EpTarget, *, fuse: bool) -> None:
-        self._fuse(model, target, ATTENTION_FUSIONS, fuse)
-        lowered = LowerOpsetForEpPass(target, options=self.options)(model).modified
-        self._fuse(model, target, NORM_FUSIONS + ACTIVATION_FUSIONS, fuse)
-        if not lowered:
-            _Optimize()(model)
-            return
+        return fuse
+
+    def _run(
+        self, model: ir.Model, target: EpTarget, result: OptimizeResult, *, fuse: bool
+    ) -> bool:
+        """Steps 2-5, in order; whether any changed the model."""
+        lowered = False
+
+        def lower(model: ir.Model, target: EpTarget) -> bool:
+            nonlocal lowered
+            lowered = LowerOpsetForEpPass(target, options=self.options)(model).modified
+            return lowered
+
+        def optimize_again(model: ir.Model, target: EpTarget) -> bool:
+            if not lowered:
+                return _Optimize()(model).modified
+            return self._reoptimize(model, target.table)
+
+        stages: list[Stage] = [
+            *([self._fuse(ATTENTION_FUSIONS, result)] if fuse else []),  # step 2
+            lower,  # step 3
+            *([self._fuse(NORM_FUSIONS + ACTIVATION_FUSIONS, result)] if fuse else []),  # step 4
+            optimize_again,  # step 5
+        ]
+        modified = False
+        for stage in stages:
+            modified |= stage(model, target)
+        return modified
+
+    def _reoptimize(self, model: ir.Model, table: KernelTable) -> bool:
+        """Step 5 after a lowering: the optimizer and ONNX fusions on a copy, kept when the
+        predicted placement is no worse."""
         candidate = model.clone()
         _OptimizeAndFuse()(candidate)
-        table = target.table
         before, after = predict_placement(model, table), predict_placement(candidate, table)
         sizes = self.options.dims  # the user's --dims, as the lowering prices with
         score_before = placement_cost(before, model, sizes)
         score_after = placement_cost(after, candidate, sizes)
         if not score_before.improves_on(score_after):
             adopt(model, candidate)
-        else:
-            logger.info(
-                "kept the unfused model: fusing would give %s instead of %s on %s",
-                score_after,
-                score_before,
-                self.ep,
-            )
+            return True
+        logger.info(
+            "kept the unfused model: fusing would give %s instead of %s on %s",
+            score_after,
+            score_before,
+            self.ep,
+        )
+        return False
 
 
 def optimize_for_ep(

@@ -189,13 +189,13 @@ def test_optimized_decoders_predicted_as_ort_places_them(
     on without a binding window)."""
     model = ir.from_proto(llm_export(kind, opset))
     pipeline = OptimizeForEpPass("webgpu", allow_padding_differences=allow_padding_differences)
-    pipeline(model)
+    result = pipeline(model)
     proto = ir.to_proto(model)
     if allow_padding_differences:
         assert any(n.op_type == "GroupQueryAttention" for n in proto.graph.node)
     run = run_on_webgpu(proto, llm_inputs(proto))
-    assert pipeline.after is not None
-    assert pipeline.after.memcpy == run.memcpy
+    assert result.after is not None
+    assert result.after.memcpy == run.memcpy
     pred = predict_placement(proto, webgpu_table)
     _assert_same_memcpy(pred, run.memcpy_from_host, run.memcpy_to_host)
     # The model's own nodes on CPU, op by op. ORT's optimizers also make nodes of their own

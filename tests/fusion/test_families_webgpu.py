@@ -28,7 +28,7 @@ import onnx_ir as ir
 import pytest
 
 from onnxscript_ep_passes.fusion.evaluate import Sizes, generate_feeds
-from onnxscript_ep_passes.pipeline import OptimizeForEpPass
+from onnxscript_ep_passes.pipeline import OptimizeForEpPass, OptimizeResult
 from tests.e2e.helpers import run_on_webgpu
 from tests.fusion import WEBGPU_EXPORT_MARKS
 from tests.torch_models import LLM_LAYERS, family_export, family_outputs
@@ -47,11 +47,11 @@ EXPECTED = {
 
 
 @functools.cache
-def _optimized(kind: str) -> tuple[OptimizeForEpPass, onnx.ModelProto]:
+def _optimized(kind: str) -> tuple[OptimizeResult, onnx.ModelProto]:
     model = ir.from_proto(family_export(kind, 23))
-    pipeline = OptimizeForEpPass("webgpu")
-    pipeline(model)
-    return pipeline, ir.to_proto(model)
+    result = OptimizeForEpPass("webgpu")(model)
+    assert isinstance(result, OptimizeResult)
+    return result, ir.to_proto(model)
 
 
 @pytest.mark.parametrize("kind", sorted(EXPECTED))

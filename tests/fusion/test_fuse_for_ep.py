@@ -11,14 +11,14 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxscript_ep_passes.ep import get_table, load_snapshot
-from onnxscript_ep_passes.fusion import FUSIONS, FuseForEpPass, FusionSpec
+from onnxscript_ep_passes.fusion import FUSIONS, FuseForEpPass, FusionResult, FusionSpec
 from tests.torch_models import llm_export
 
 torch_export = [pytest.mark.torch, pytest.mark.filterwarnings("ignore::FutureWarning")]
 
 
-def _records(pass_: FuseForEpPass) -> dict[str, dict]:
-    return {r.pattern: r.to_dict() for r in pass_.records}
+def _records(result: FusionResult) -> dict[str, dict]:
+    return {r.pattern: r.to_dict() for r in result.records}
 
 
 @pytest.mark.torch
@@ -27,8 +27,9 @@ def test_webgpu_table_fuses_attention_and_norms_with_verified_differences() -> N
     model = ir.from_proto(llm_export("llama", 24))
     table = load_snapshot("webgpu-ort-1.32")
     fusing = FuseForEpPass("webgpu", table=table, max_length=128, check_ep=False)
-    assert fusing(model).modified
-    records = _records(fusing)
+    result = fusing(model)
+    assert result.modified
+    records = _records(result)
     assert records["group_query_attention"]["count"] == 4
     assert records["skip_rms_normalization"]["count"] == 8
     assert records["rms_normalization"]["count"] == 9
@@ -50,8 +51,7 @@ def test_an_ep_without_the_fused_kernels_keeps_the_onnx_form() -> None:
     # float16 only: the float32 export keeps its ONNX form, and the record says why.
     model = ir.from_proto(llm_export("llama", 24))
     fusing = FuseForEpPass("cuda", table=get_table("cuda", "1.24"), max_length=128, check_ep=False)
-    fusing(model)
-    records = _records(fusing)
+    records = _records(fusing(model))
     gqa = records["group_query_attention"]
     assert not gqa["kept"] and gqa["count"] == 0
     assert "tensor(float) not supported for T" in gqa["reason"], gqa["reason"]
@@ -85,8 +85,9 @@ def test_a_fusion_that_changes_the_outputs_is_dropped_with_the_reason() -> None:
     spec = FusionSpec("wrong", "com.microsoft", "GroupQueryAttention", _wrong_fusion, 1e-4)
     table = load_snapshot("webgpu-ort-1.32")
     fusing = FuseForEpPass("webgpu", table=table, fusions=(spec,), check_ep=False)
-    assert not fusing(model).modified
-    (record,) = fusing.records
+    result = fusing(model)
+    assert not result.modified
+    (record,) = result.records
     assert not record.kept and record.count == 1
     assert record.max_abs_diff is not None and record.max_abs_diff > 1e-4
     assert "outputs differ" in (record.reason or "")

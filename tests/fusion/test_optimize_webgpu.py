@@ -41,8 +41,7 @@ def test_optimized_export_is_verified_on_webgpu(kind: str, opset: int) -> None:
     proto = llm_export(kind, opset)
     model = ir.from_proto(proto)
     pipeline = OptimizeForEpPass("webgpu", allow_padding_differences=True)
-    pipeline(model)
-    records = {f.pattern: f for f in pipeline.fusions}
+    records = {f.pattern: f for f in pipeline(model).fusions}
     gqa = records["group_query_attention"]
     assert gqa.count == 4
     checked = [c["ep"] for c in gqa.checks]

@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxscript_ep_passes.ep import load_snapshot
-from onnxscript_ep_passes.fusion import FuseForEpPass, FusionSpec
+from onnxscript_ep_passes.fusion import FuseForEpPass, FusionResult, FusionSpec
 from onnxscript_ep_passes.fusion.evaluate import Sizes, generate_feeds, padding_mask
 from onnxscript_ep_passes.fusion.verify import verification_sizes
 
@@ -82,7 +82,7 @@ def _shift(where: str) -> FusionSpec:
     return FusionSpec(f"shift_{where}", "com.microsoft", "GroupQueryAttention", apply, 1e-4)
 
 
-def _fuse(spec: FusionSpec, allow: bool) -> FuseForEpPass:
+def _fuse(spec: FusionSpec, allow: bool) -> FusionResult:
     fusing = FuseForEpPass(
         "webgpu",
         table=load_snapshot("webgpu-ort-1.32"),
@@ -90,8 +90,7 @@ def _fuse(spec: FusionSpec, allow: bool) -> FuseForEpPass:
         allow_padding_differences=allow,
         check_ep=False,
     )
-    fusing(_decoder_like())
-    return fusing
+    return fusing(_decoder_like())
 
 
 def test_padding_masks_pad_the_last_row_on_the_side_asked() -> None:

@@ -23,7 +23,7 @@ import pytest
 
 from onnxscript_ep_passes.fusion.evaluate import Sizes, generate_feeds, run_model
 from onnxscript_ep_passes.passes import LowerOpsetForEpPass
-from onnxscript_ep_passes.pipeline import OptimizeForEpPass
+from onnxscript_ep_passes.pipeline import OptimizeForEpPass, OptimizeResult
 from tests.e2e.helpers import EpRun, run_on_webgpu
 from tests.fusion import WEBGPU_EXPORT_MARKS
 from tests.torch_models import llm_export
@@ -34,11 +34,12 @@ RIGHT = Sizes(2, 8, 0, "right")  # the issue's case: sequence 8, second row righ
 LEFT = Sizes(2, 8, 0, "left")
 
 
-def _optimized(proto: onnx.ModelProto, allow: bool) -> tuple[OptimizeForEpPass, ir.Model]:
+def _optimized(proto: onnx.ModelProto, allow: bool) -> tuple[OptimizeResult, ir.Model]:
     model = ir.from_proto(proto)
     pipeline = OptimizeForEpPass("webgpu", allow_padding_differences=allow)
-    pipeline(model)
-    return pipeline, model
+    result = pipeline(model)
+    assert isinstance(result, OptimizeResult)
+    return result, model
 
 
 def _run(model: ir.Model | onnx.ModelProto, sizes: Sizes) -> tuple[EpRun, dict]:

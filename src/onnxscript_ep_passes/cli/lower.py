@@ -110,12 +110,9 @@ def run(args: argparse.Namespace) -> list[str]:
 
 
 def model_opset(model: ir.Model) -> int:
-    from onnxscript_ep_passes.lowering.lower_opset import default_opset
+    from onnxscript_ep_passes.lowering.opset_imports import require_default_opset
 
-    opset = default_opset(model.opset_imports)
-    if opset is None:
-        raise ValueError("the model imports no ai.onnx opset")
-    return opset
+    return require_default_opset(model)
 
 
 def lower_proto(

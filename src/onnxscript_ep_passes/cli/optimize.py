@@ -4,7 +4,7 @@
 :class:`~onnxscript_ep_passes.pipeline.OptimizeForEpPass`, saves the result, writes
 ``--report-json`` after it, atomically (validated by :func:`report_schema`, the JSON
 Schema shipped as ``optimize_report.schema.json``) and returns the lines to show: the
-verdict (:meth:`~onnxscript_ep_passes.pipeline.OptimizeForEpPass.summary`), then, with
+verdict (:meth:`~onnxscript_ep_passes.pipeline.OptimizeResult.summary`), then, with
 ``-v``, one per fusion tried and (``--measure``) one per candidate measured, predicted vs
 measured; then the output written. The command checks the paths before calling it
 (:mod:`~onnxscript_ep_passes.cli.files`).
@@ -22,7 +22,7 @@ from onnxscript_ep_passes.cli.options import path_value, positive_int, search_ar
 
 
 def report_schema() -> dict[str, Any]:
-    """The JSON Schema of ``optimize --report-json`` (``OptimizeForEpPass.report()``)."""
+    """The JSON Schema of ``optimize --report-json`` (``OptimizeResult.report()``)."""
     from onnxscript_ep_passes.reports.report import package_schema
 
     return package_schema("optimize_report.schema.json")
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> list[str]:
         save_model,
     )
     from onnxscript_ep_passes.model_files.paths import check_not_weights
-    from onnxscript_ep_passes.pipeline import OptimizeForEpPass
+    from onnxscript_ep_passes.pipeline import OptimizeForEpPass, OptimizeResult
 
     options = search_options_of(args)
     table = read_table(args)
@@ -75,12 +75,13 @@ def run(args: argparse.Namespace) -> list[str]:
         max_length=args.max_length,
         allow_padding_differences=args.allow_padding_differences,
     )
-    pipeline(model)
+    result = pipeline(model)
+    assert isinstance(result, OptimizeResult)
     save_model(model, args.output)
-    report = pipeline.report() if args.report_json else None
+    report = result.report() if args.report_json else None
     write_report(args.report_json, report, inputs, indent=1)
-    lines = [pipeline.summary(Path(args.model).name)]
+    lines = [result.summary(Path(args.model).name)]
     if args.verbose:
-        lines += [f"fusion {r.summary()}" for r in pipeline.fusions]
-        lines += [f"candidate {c.summary()}" for c in pipeline.candidates]
+        lines += [f"fusion {r.summary()}" for r in result.fusions]
+        lines += [f"candidate {c.summary()}" for c in result.candidates]
     return [*lines, f"wrote {args.output}"]

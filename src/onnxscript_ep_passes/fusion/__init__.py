@@ -29,6 +29,7 @@ from onnxscript_ep_passes.fusion.fuse_for_ep import (
     FUSIONS,
     FuseForEpPass,
     FusionRecord,
+    FusionResult,
     FusionSpec,
 )
 
@@ -37,6 +38,7 @@ __all__ = [
     "AttentionFusionResult",
     "FuseForEpPass",
     "FusionRecord",
+    "FusionResult",
     "FusionSpec",
     "fuse_attention_to_gqa",
 ]

@@ -21,7 +21,8 @@ only when
    much they differ. A fusion that fails, or that cannot be run, is dropped and the model
    is left as it was before it.
 
-Each fusion gets a :class:`FusionRecord` in :attr:`FuseForEpPass.records`: how many nodes
+The pass returns a :class:`FusionResult` whose ``records`` hold one :class:`FusionRecord`
+per fusion tried: how many nodes
 it created, the op and kernel, the verified maximum absolute difference, each EP's check,
 whether it was kept and why not (in user terms: which EP, how much, on which inputs, and
 what would accept it). Tolerances (fp32 models) are documented in docs/ep.md.
@@ -36,6 +37,7 @@ __all__ = [
     "NORM_FUSIONS",
     "FuseForEpPass",
     "FusionRecord",
+    "FusionResult",
     "FusionSpec",
 ]
 
@@ -183,6 +185,13 @@ class FusionRecord:
         return text
 
 
+@dataclasses.dataclass
+class FusionResult(ir.passes.PassResult):
+    """The result of :class:`FuseForEpPass`: one record per fusion tried, in order."""
+
+    records: list[FusionRecord] = dataclasses.field(default_factory=list)
+
+
 def _float_type(model: ir.Model) -> str:
     for value in model.graph.outputs:
         if value.dtype is not None and value.dtype.is_floating_point():
@@ -229,7 +238,6 @@ class FuseForEpPass(ir.passes.InPlacePass):
         self.ep = self.profile.ort_name
         self.max_length = max_length
         self.fusions = fusions
-        self.records: list[FusionRecord] = []
 
     def _ep_check(self) -> tuple[bool, str | None]:
         """Whether to run the fusions on the target EP too, and if not, why."""
@@ -240,9 +248,9 @@ class FuseForEpPass(ir.passes.InPlacePass):
             raise ValueError(f"cannot check the fusions on {self.ep} here: {why}")
         return loadable, None if loadable else why
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
+    def call(self, model: ir.Model) -> FusionResult:
         table = self.request.resolve().table
-        self.records = []
+        records: list[FusionRecord] = []
         common_passes.ShapeInferencePass()(model)
         check_ep, not_checked = self._ep_check()
         if self.profile.is_host:
@@ -256,10 +264,10 @@ class FuseForEpPass(ir.passes.InPlacePass):
             op_name = f"{spec.domain}::{spec.op}" if spec.domain else spec.op
             kernel, why = table.explain(spec.domain, spec.op, 1, types)
             budget = spec.tolerance + self.prior_tolerance
-            budget += sum(r.tolerance_own for r in self.records if r.kept)
+            budget += sum(r.tolerance_own for r in records if r.kept)
             record = FusionRecord(spec.pattern, op_name, 0, None, None, budget, kept=False)
             record.tolerance_own = spec.tolerance
-            self.records.append(record)
+            records.append(record)
             if kernel is None:
                 record.reason = f"{table.ep}: {why}"
                 continue
@@ -308,4 +316,4 @@ class FuseForEpPass(ir.passes.InPlacePass):
             adopt(model, candidate)
             modified = True
             logger.info("fused %s", record.summary())
-        return ir.passes.PassResult(model, modified=modified)
+        return FusionResult(model, modified, records)

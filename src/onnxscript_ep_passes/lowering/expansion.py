@@ -28,6 +28,7 @@ from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.context import DowngradeContext, NodeRefusedError
 from onnxscript_ep_passes.lowering.function_body import expand_function_body
 from onnxscript_ep_passes.lowering.journal import discard
+from onnxscript_ep_passes.lowering.opset_imports import require_default_opset
 from onnxscript_ep_passes.lowering.types import TypeOracle
 
 # Schema steps that add an optional input or an attribute whose default (used when the
@@ -121,9 +122,7 @@ def expand_node(
     if graph is None:
         raise ValueError(f"node '{node.name}' is not in a graph")
     if opset is None:
-        opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
-        if opset is None:
-            raise ValueError("the model imports no ai.onnx opset")
+        opset = require_default_opset(model)
     since = schemas.since_version(node.op_type, opset, node.domain)
     if since is None:
         raise NodeRefusedError(f"no ONNX schema for {node.op_type} at opset {opset}")

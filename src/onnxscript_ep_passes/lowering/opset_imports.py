@@ -12,7 +12,13 @@ Rules:
 
 from __future__ import annotations
 
-__all__ = ["default_opset", "lowered_ir_version", "max_ir_version_for_opset", "relabel"]
+__all__ = [
+    "default_opset",
+    "lowered_ir_version",
+    "max_ir_version_for_opset",
+    "relabel",
+    "require_default_opset",
+]
 
 import functools
 from collections.abc import Mapping
@@ -21,6 +27,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxscript_ep_passes.core.onnx_utils import walk
+from onnxscript_ep_passes.errors import NoOnnxOpsetError
 from onnxscript_ep_passes.lowering import schemas
 
 
@@ -38,6 +45,19 @@ def default_opset(opsets: Mapping[str, int]) -> int | None:
         if domain in opsets:
             return opsets[domain]
     return None
+
+
+def require_default_opset(model: ir.Model) -> int:
+    """The model's ai.onnx opset; the precondition of every pass that lowers, places or
+    fuses (their ``requires`` hook).
+
+    Raises:
+        NoOnnxOpsetError: the model imports none.
+    """
+    opset = default_opset(model.opset_imports)
+    if opset is None:
+        raise NoOnnxOpsetError
+    return opset
 
 
 def _set_default_opset(opsets: dict[str, int], version: int) -> None:

@@ -72,7 +72,7 @@ from onnxscript_ep_passes.ep.target import EpTarget, TargetRequest
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.context import NodeRefusedError
 from onnxscript_ep_passes.lowering.expansion import expand_node, function_body_version
-from onnxscript_ep_passes.lowering.lower_opset import default_opset
+from onnxscript_ep_passes.lowering.opset_imports import require_default_opset
 from onnxscript_ep_passes.passes.options import SearchOptions, search_options
 from onnxscript_ep_passes.passes.static_shapes import fold_static_shapes
 from onnxscript_ep_passes.passes.widen_bool import bool_components, widen_carrier, widen_node
@@ -353,9 +353,7 @@ def legalize(
     Returns:
         The decisions, the expanded nodes and the predictions before and after.
     """
-    opset = default_opset(model.opset_imports)
-    if opset is None:
-        raise ValueError("the model imports no ai.onnx opset")
+    opset = require_default_opset(model)
     folded = fold_static_shapes(list(built), opset, log=log)
     if prediction is None or folded:
         prediction, cost = predict_placement(model, table), None
@@ -477,6 +475,10 @@ class LegalizeForEpPass(ir.passes.InPlacePass):
         self.profile = self.request.profile
         self.ep = self.profile.ort_name
 
+    def requires(self, model: ir.Model) -> None:
+        if not self.profile.is_host:
+            require_default_opset(model)
+
     def call(self, model: ir.Model) -> LegalizeForEpResult:
         if self.profile.is_host:
             return LegalizeForEpResult(model, False)
@@ -489,9 +491,6 @@ class LegalizeForEpPass(ir.passes.InPlacePass):
             raise
         logger.info(
             "Legalized '%s' for %s at opset %d: %d nodes expanded",
-            model.graph.name,
-            table.ep,
-            result.opset,
-            len(result.expanded),
+            *(model.graph.name, table.ep, result.opset, len(result.expanded)),
         )
         return LegalizeForEpResult(model, result.modified, result)

@@ -93,9 +93,9 @@ from onnxscript_ep_passes.errors import DowngradeError
 from onnxscript_ep_passes.lowering.lower_opset import (
     MIN_TARGET_OPSET,
     ORT_TRACKING_ISSUE,
-    default_opset,
     run_lowering,
 )
+from onnxscript_ep_passes.lowering.opset_imports import require_default_opset
 from onnxscript_ep_passes.passes.candidates import (
     MEASURE_TOP,
     CandidateSearch,
@@ -238,9 +238,7 @@ def _search(
 ) -> tuple[EpLoweringChoice, ir.Model | None, CandidateSearch]:
     """The choice, the chosen legalized candidate's model (None when plain is chosen), and
     the search (its candidates). Automatic garbage collection is paused meanwhile."""
-    source = default_opset(model.opset_imports)
-    if source is None:
-        raise ValueError("the model imports no ai.onnx opset")
+    source = require_default_opset(model)
     measure_top, distinct = settings.measure_top, True
     if table.kind is TableKind.NONE:  # no kernel table: measure every reachable opset
         if not settings.measure:
@@ -432,6 +430,10 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
         self.request = TargetRequest(ep, ort_version, table, kernel_table)
         self.profile = self.request.profile
         self.ep = self.profile.ort_name
+
+    def requires(self, model: ir.Model) -> None:
+        if not self.profile.is_host:
+            require_default_opset(model)
 
     def call(self, model: ir.Model) -> EpLoweringResult:
         if self.profile.is_host:
