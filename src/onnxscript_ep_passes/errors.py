@@ -5,8 +5,10 @@
 - :class:`InvalidModelError`: the input is not a model the tool will read (not ONNX,
   malformed, unsafe external data, ...); its message is one line naming the problem.
 - :class:`UsageError`: the command line's options cannot work together (exit 2).
-- :class:`NoOnnxOpsetError`: a pass's precondition failed: the model imports no ai.onnx
-  opset (an onnx-ir ``PreconditionError``, and a ``ValueError``: bad input, exit 1).
+
+(:class:`~onnxscript_ep_passes.lowering.opset_imports.NoOnnxOpsetError`, a pass's failed
+precondition, lives beside the onnx-ir code it extends: this module imports no onnx-ir, so
+the command line can defer onnx-ir's sympy import.)
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ __all__ = [
     "EXIT_USAGE",
     "DowngradeError",
     "InvalidModelError",
-    "NoOnnxOpsetError",
     "Refusal",
     "UsageError",
     "built_node_reason",
@@ -27,8 +28,6 @@ __all__ = [
 
 import dataclasses
 from collections.abc import Sequence
-
-import onnx_ir as ir
 
 from onnxscript_ep_passes.core.display import shown
 
@@ -125,17 +124,6 @@ class InvalidModelError(ValueError):
     The message is one line: the file, then the problem (naming the node, attribute,
     tensor or location where there is one).
     """
-
-
-class NoOnnxOpsetError(ir.passes.PreconditionError, ValueError):
-    """The model imports no ai.onnx opset: nothing to lower, place or fuse.
-
-    Raised by the passes' ``requires`` hook (onnx-ir passes it through unwrapped, being a
-    ``PreconditionError``) and by the functions that read the opset
-    (:func:`~onnxscript_ep_passes.lowering.opset_imports.require_default_opset`)."""
-
-    def __init__(self) -> None:
-        super().__init__("the model imports no ai.onnx opset")
 
 
 class UsageError(Exception):

@@ -13,6 +13,7 @@ Rules:
 from __future__ import annotations
 
 __all__ = [
+    "NoOnnxOpsetError",
     "default_opset",
     "lowered_ir_version",
     "max_ir_version_for_opset",
@@ -27,7 +28,6 @@ import onnx
 import onnx_ir as ir
 
 from onnxscript_ep_passes.core.onnx_utils import walk
-from onnxscript_ep_passes.errors import NoOnnxOpsetError
 from onnxscript_ep_passes.lowering import schemas
 
 
@@ -38,6 +38,17 @@ def max_ir_version_for_opset(opset: int) -> int:
     if not versions:
         raise ValueError(f"opset {opset} is older than every ONNX release known to onnx")
     return max(versions)
+
+
+class NoOnnxOpsetError(ir.passes.PreconditionError, ValueError):
+    """The model imports no ai.onnx opset: nothing to lower, place or fuse.
+
+    Raised by the passes' ``requires`` hook (onnx-ir passes it through unwrapped, being a
+    ``PreconditionError``) and by the functions that read the opset
+    (:func:`~onnxscript_ep_passes.lowering.opset_imports.require_default_opset`)."""
+
+    def __init__(self) -> None:
+        super().__init__("the model imports no ai.onnx opset")
 
 
 def default_opset(opsets: Mapping[str, int]) -> int | None:
