@@ -14,6 +14,8 @@ from onnxscript_ep_passes.passes.legalize import (
     legalize,
 )
 from onnxscript_ep_passes.passes.lower_for_ep import (
+    CandidateEntry,
+    CandidateKey,
     EpLoweringChoice,
     EpLoweringResult,
     LowerOpsetForEpPass,
@@ -22,6 +24,8 @@ from onnxscript_ep_passes.passes.lower_for_ep import (
 from onnxscript_ep_passes.passes.static_shapes import fold_static_shapes
 
 __all__ = [
+    "CandidateEntry",
+    "CandidateKey",
     "EpLoweringChoice",
     "EpLoweringResult",
     "LegalizationDecision",

@@ -39,9 +39,13 @@ Rules the pass follows:
    so a native kernel at a reachable opset beats an expansion), then the higher opset,
    then plain before legalized. Among plain candidates this picks what
    rule 3 picks (lowering further never replaces fewer nodes), and a node the EP runs is
-   never expanded. A chosen legalized candidate is rebuilt from the model (the same
-   lowering steps, then legalization) and is the model the pass keeps (its graph is moved
-   into the model object). Each node that falls back at the source opset or at the
+   never expanded. The search keeps a copy of the legalized candidate that is the best
+   so far (made before the working copy is put back) and drops the one it beat, so it
+   holds at most two candidates' models besides the working copy; the chosen legalized
+   candidate's model is that copy, the model the pass keeps (its graph is moved into the
+   model object), not rebuilt or priced again. (Only when dominance brings back a
+   candidate a later one had beaten is its model rebuilt: the same lowering steps, then
+   legalization.) A chosen plain candidate is the model lowered in place. Each node that falls back at the source opset or at the
    chosen one gets a :class:`~onnxscript_ep_passes.passes.legalize.LegalizationDecision`
    (``lower``, ``expand`` or ``cpu``, with the reason; :mod:`.choice_decisions`) in
    :attr:`EpLoweringChoice.decisions`, logged at DEBUG (rule 5 counts them at INFO).
@@ -50,7 +54,8 @@ Rules the pass follows:
    :class:`EpLoweringResult` holding the choice.
 8. **Measuring** (``measure=True``, :mod:`.candidates`): the best few candidates by
    estimate, the source, the best plain and the best legalized one run in real ORT
-   sessions on the EP; the fastest wins (:attr:`EpLoweringChoice.measured`). An EP
+   sessions on the EP; the fastest wins (each one's
+   :attr:`~onnxscript_ep_passes.passes.candidates.CandidateEntry.measurement`). An EP
    without a kernel table has every reachable opset measured.
 """
 
@@ -58,6 +63,8 @@ from __future__ import annotations
 
 __all__ = [
     "MEASURE_TOP",
+    "CandidateEntry",
+    "CandidateKey",
     "EpLoweringChoice",
     "EpLoweringResult",
     "LowerOpsetForEpPass",
@@ -77,10 +84,7 @@ from onnxscript_ep_passes.core.collector import freeze_young, frozen_heap, pause
 from onnxscript_ep_passes.core.copies import adopt, copy_with_origins
 from onnxscript_ep_passes.core.display import shown
 from onnxscript_ep_passes.core.progress import track
-from onnxscript_ep_passes.ep.cost import (
-    PlacementCost,
-    best_candidate,
-)
+from onnxscript_ep_passes.ep.cost import PlacementCost
 from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.measure import CandidateMeasurement
@@ -97,6 +101,8 @@ from onnxscript_ep_passes.lowering.lower_opset import (
 )
 from onnxscript_ep_passes.passes.candidates import (
     MEASURE_TOP,
+    CandidateEntry,
+    CandidateKey,
     CandidateSearch,
     SearchSettings,
     WorkState,
@@ -117,30 +123,28 @@ class EpLoweringChoice:
         ep, ort_version, table_source: The kernel table used.
         source_opset: The model's opset.
         chosen_opset: The opset picked (``source_opset`` when lowering does not help).
-        predictions: The prediction for each candidate opset that was reached (plain
-            lowering, no legalization).
+        candidates: Every candidate weighed, keyed by ``(opset, legalized)``
+            (:class:`~onnxscript_ep_passes.passes.candidates.CandidateEntry`: its
+            prediction, cost, nodes replaced and expanded, and measurement). A plain
+            candidate is there for each opset reached; a legalized one for each opset
+            where legalization changed the model.
         blocked: Why the next lower opset is out of reach (None when 18 was reached).
         legalized: Whether the chosen candidate is the legalized one.
-        legalized_predictions: The prediction of the legalized variant of each candidate
-            opset where legalization changed the model.
         decisions: What was done about each node that falls back at the source opset or,
             without legalization, at the chosen one.
-        plan: The nodes each legalized candidate expanded (nodes of that candidate's copy
-            of the model), per opset.
-        costs, legalized_costs: The estimated cost of each plain / legalized candidate.
         dims: The sizes the estimate gave the symbolic dimensions.
-        measured: With ``measure``, the real session's figures per ``(opset, legalized)``
-            candidate measured.
         ort_version_assumed: The table is a shipped snapshot of another release than the
             caller named, or the caller named none: ``ort_version`` is assumed
             (:func:`~onnxscript_ep_passes.ep.table_choice.release_assumed`).
         ort_version_requested: The release the caller named (None when none was).
         lowest_opset: The lowest opset the search was allowed to weigh (18, or the
             caller's bound).
-        replaced: Per ``(opset, legalized)`` candidate, the model's nodes it replaces:
-            rewritten or expanded by the lowering's adapters, or expanded by legalization.
         replaced_nodes, expanded_nodes: The model's nodes the chosen candidate replaces by
             the lowering's adapters, and those legalization expands for the EP.
+
+    ``predictions``, ``legalized_predictions``, ``costs``, ``legalized_costs``, ``plan``,
+    ``measured`` and ``replaced`` are read-only views of ``candidates`` (kept for callers
+    of the earlier parallel maps).
     """
 
     ep: str
@@ -148,44 +152,82 @@ class EpLoweringChoice:
     table_source: str
     source_opset: int
     chosen_opset: int
-    predictions: dict[int, PlacementPrediction]
+    candidates: dict[CandidateKey, CandidateEntry]
     blocked: DowngradeError | None
     legalized: bool = False
-    legalized_predictions: dict[int, PlacementPrediction] = dataclasses.field(default_factory=dict)
     decisions: tuple[LegalizationDecision, ...] = ()
-    plan: dict[int, tuple[ir.Node, ...]] = dataclasses.field(default_factory=dict)
-    costs: dict[int, PlacementCost] = dataclasses.field(default_factory=dict)
-    legalized_costs: dict[int, PlacementCost] = dataclasses.field(default_factory=dict)
     dims: DimSizes = dataclasses.field(default_factory=DimSizes)
-    measured: dict[tuple[int, bool], CandidateMeasurement] = dataclasses.field(default_factory=dict)
     ort_version_assumed: bool = False
     lowest_opset: int = MIN_TARGET_OPSET
     ort_version_requested: str | None = None
-    replaced: dict[tuple[int, bool], int] = dataclasses.field(default_factory=dict)
     replaced_nodes: frozenset[ir.Node] = frozenset()
     expanded_nodes: frozenset[ir.Node] = frozenset()
 
     @property
+    def source(self) -> CandidateEntry:
+        """The plain candidate at the source opset (the model as given)."""
+        return self.candidates[(self.source_opset, False)]
+
+    @property
+    def chosen(self) -> CandidateEntry:
+        """The chosen candidate."""
+        return self.candidates[(self.chosen_opset, self.legalized)]
+
+    @property
     def before(self) -> PlacementPrediction:
-        return self.predictions[self.source_opset]
+        return self.source.prediction
 
     @property
     def after(self) -> PlacementPrediction:
-        if self.legalized:
-            return self.legalized_predictions[self.chosen_opset]
-        return self.predictions[self.chosen_opset]
+        return self.chosen.prediction
 
     @property
     def after_cost(self) -> PlacementCost:
         """The estimated cost of the chosen candidate."""
-        if self.legalized:
-            return self.legalized_costs[self.chosen_opset]
-        return self.costs[self.chosen_opset]
+        return self.chosen.cost
 
     @property
     def expanded(self) -> tuple[ir.Node, ...]:
         """The nodes the chosen candidate expands (empty unless ``legalized``)."""
-        return self.plan.get(self.chosen_opset, ()) if self.legalized else ()
+        return self.chosen.expanded
+
+    def _of(self, legalized: bool) -> dict[int, CandidateEntry]:
+        return {o: c for (o, lg), c in self.candidates.items() if lg is legalized}
+
+    @property
+    def predictions(self) -> dict[int, PlacementPrediction]:
+        """View: the prediction of each plain candidate, per opset."""
+        return {o: c.prediction for o, c in self._of(False).items()}
+
+    @property
+    def legalized_predictions(self) -> dict[int, PlacementPrediction]:
+        """View: the prediction of each legalized candidate, per opset."""
+        return {o: c.prediction for o, c in self._of(True).items()}
+
+    @property
+    def costs(self) -> dict[int, PlacementCost]:
+        """View: the estimated cost of each plain candidate, per opset."""
+        return {o: c.cost for o, c in self._of(False).items()}
+
+    @property
+    def legalized_costs(self) -> dict[int, PlacementCost]:
+        """View: the estimated cost of each legalized candidate, per opset."""
+        return {o: c.cost for o, c in self._of(True).items()}
+
+    @property
+    def plan(self) -> dict[int, tuple[ir.Node, ...]]:
+        """View: the nodes each legalized candidate expanded, per opset."""
+        return {o: c.expanded for o, c in self._of(True).items()}
+
+    @property
+    def measured(self) -> dict[CandidateKey, CandidateMeasurement]:
+        """View: the measurement of each candidate measured."""
+        return {k: c.measurement for k, c in self.candidates.items() if c.measurement is not None}
+
+    @property
+    def replaced(self) -> dict[CandidateKey, int]:
+        """View: the model's nodes each candidate replaces."""
+        return {k: c.replaced for k, c in self.candidates.items()}
 
     @property
     def changes_model(self) -> bool:
@@ -203,7 +245,7 @@ class EpLoweringChoice:
             table_source=self.table_source,
             source_opset=self.source_opset,
             chosen_opset=self.chosen_opset,
-            before=Figures.of(self.before, self.costs[self.source_opset]),
+            before=Figures.of(self.before, self.source.cost),
             after=Figures.of(self.after, self.after_cost),
             expanded=len(self.expanded),
             assumed=self.ort_version_assumed,
@@ -212,11 +254,20 @@ class EpLoweringChoice:
 
     def __repr__(self) -> str:
         # The dataclass repr would print every node of every prediction (megabytes).
-        legalized = sorted(self.legalized_predictions)
+        legalized = sorted(o for o, lg in self.candidates if lg)
+        plain = sorted(o for o, lg in self.candidates if not lg)
         return (
-            f"<EpLoweringChoice {self.summary()}; candidates {sorted(self.predictions)}"
+            f"<EpLoweringChoice {self.summary()}; candidates {plain}"
             f"{f', legalized {legalized}' if legalized else ''}, {len(self.decisions)} decisions>"
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Asked:
+    """What the caller named, for the choice to say (not what the search weighs)."""
+
+    ort_version_assumed: bool = False
+    ort_version_requested: str | None = None
 
 
 @paused_collector()  # each candidate collects what it left (:mod:`~onnxscript_ep_passes.core.collector`)
@@ -228,9 +279,11 @@ def _search(
     floor: int,
     legalize: bool,
     settings: SearchSettings,
+    asked: _Asked = _Asked(),
 ) -> tuple[EpLoweringChoice, ir.Model | None, CandidateSearch]:
-    """The choice, the chosen legalized candidate's model (None when plain is chosen), and
-    the search (its candidates). Automatic garbage collection is paused meanwhile."""
+    """The choice, the chosen legalized candidate's model (the one the search built; None
+    when plain is chosen), and the search (its candidates). Automatic garbage collection
+    is paused meanwhile."""
     source = default_opset(model.opset_imports)
     if source is None:
         raise ValueError("the model imports no ai.onnx opset")
@@ -241,7 +294,7 @@ def _search(
         legalize, measure_top, distinct = False, 100, False
     wanted = None if target_opset is None else min(target_opset, source)
     keep = settings.keep_models or settings.measure
-    search = CandidateSearch(table, settings.sizes, keep)
+    search = CandidateSearch(table, settings.sizes, keep, wanted)
     source_plain = search.add_plain(source, predict_placement(model, table), None, 0, model)
     if legalize:
         search.add_legalized(model, source_plain, set(), 0)
@@ -267,46 +320,34 @@ def _search(
                 break  # no lower opset can do better: ties go to the higher opset
             if legalize:
                 search.add_legalized(work, plain, state.built, len(state.replaced))
-    pool = [*search.plain.values(), *search.legalized.values()]
-    if wanted is not None:
-        pool = [c for c in pool if c.opset == wanted]
-    best = best_candidate([c.rank for c in pool])
-    chosen = next(c for c in pool if c.rank is best)
-    measured: dict[tuple[int, bool], CandidateMeasurement] = {}
+    pool = search.pool()
+    chosen = search.chosen()
+    measured: dict[CandidateKey, CandidateMeasurement] = {}
     if settings.measure:
         chosen = measure_candidates(pool, source, table, settings, measure_top, distinct, measured)
     decisions = choice_decisions(
         search.plain[source], chosen, search.legalizations.get(chosen.opset)
     )
+    everyone = [*search.plain.values(), *search.legalized.values()]
     choice = EpLoweringChoice(
         ep=table.ep,
         ort_version=table.ort_version,
         table_source=table.source,
         source_opset=source,
         chosen_opset=chosen.opset,
-        predictions={o: c.prediction for o, c in search.plain.items()},
+        candidates={c.key: c.entry(measured.get(c.key)) for c in everyone},
         blocked=search.blocked,
         legalized=chosen.legalized,
-        legalized_predictions={o: c.prediction for o, c in search.legalized.items()},
         decisions=decisions,
-        plan={
-            o: tuple(c.legalization.expanded)
-            for o, c in search.legalized.items()
-            if c.legalization is not None
-        },
-        costs={o: c.rank.cost for o, c in search.plain.items()},
-        legalized_costs={o: c.rank.cost for o, c in search.legalized.items()},
         dims=settings.sizes,
-        measured=measured,
+        ort_version_assumed=asked.ort_version_assumed,
         lowest_opset=floor,
-        replaced={
-            (c.opset, c.legalized): c.rank.replaced
-            for c in [*search.plain.values(), *search.legalized.values()]
-        },
+        ort_version_requested=asked.ort_version_requested,
         replaced_nodes=chosen.replaced_nodes,
         expanded_nodes=chosen.expanded_nodes,
     )
-    return choice, search.model_of(model, chosen) if chosen.legalized else None, search
+    kept = search.model_of(model, chosen) if chosen.legalized else None
+    return choice, kept, search
 
 
 def choose_target_opset(
@@ -320,6 +361,8 @@ def choose_target_opset(
     measure: bool = False,
     measure_top: int = MEASURE_TOP,
     measure_runs: int = 10,
+    ort_version_requested: str | None = None,
+    ort_version_assumed: bool = False,
 ) -> EpLoweringChoice:
     """Predict placement at each reachable opset and pick the best (see module docstring).
 
@@ -327,10 +370,13 @@ def choose_target_opset(
     evaluated (and :class:`DowngradeError` propagates when it cannot be reached); with
     ``lowest_opset`` (:func:`lowest_opset_of`), no opset below it is weighed. With
     ``legalize``, each candidate opset also gets a legalized variant (rule 6); ``dims``
-    sizes symbolic dimensions (:class:`DimSizes`); ``measure``: rule 8."""
+    sizes symbolic dimensions (:class:`DimSizes`); ``measure``: rule 8.
+    ``ort_version_requested`` (the release the caller named) and ``ort_version_assumed``
+    are what the choice says about the table's release (:class:`EpLoweringChoice`)."""
     settings = SearchSettings(DimSizes.of(dims), measure, measure_top, measure_runs)
     floor = lowest_opset_of(lowest_opset, target_opset)
-    return _search(model, table, target_opset, floor, legalize, settings)[0]
+    asked = _Asked(ort_version_assumed, ort_version_requested)
+    return _search(model, table, target_opset, floor, legalize, settings, asked)[0]
 
 
 def lowest_opset_of(lowest_opset: int | None, target_opset: int | None = None) -> int:
@@ -448,14 +494,10 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
                 self.ep, self.ort_version, kernel_table=self.kernel_table, measure=self.measure
             )
         settings = SearchSettings(self.dims, self.measure)
-        choice, legalized_model, _ = _search(
-            model, table, self.target_opset, self.lowest_opset, self.legalize, settings
-        )
         given = self.table is not None or self.kernel_table is not None
-        choice = dataclasses.replace(
-            choice,
-            ort_version_assumed=not given and release_assumed(table, self.ort_version),
-            ort_version_requested=self.ort_version,
+        asked = _Asked(not given and release_assumed(table, self.ort_version), self.ort_version)
+        choice, legalized_model, _ = _search(
+            model, table, self.target_opset, self.lowest_opset, self.legalize, settings, asked
         )
         modified = False
         if legalized_model is not None:
