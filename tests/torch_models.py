@@ -371,3 +371,90 @@ def export_dynamic_seq_proto(kind: str, opset: int, attention: str = "sdpa") -> 
     proto = onnx.ModelProto()
     proto.ParseFromString(_cached_dynamic_seq(kind, opset, attention))
     return proto
+
+
+FAMILIES = ("gpt2", "stablelm", "bert")
+"""Other architectures than the decoders above (:func:`family_export`)."""
+
+
+def _family(kind: str) -> Any:
+    torch = _torch()
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    sizes: dict[str, Any] = dict(vocab_size=_VOCAB, attn_implementation="sdpa")
+    layers = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=LLM_LAYERS)
+    if kind == "gpt2":  # LayerNorm, learned positions, no rotary, gelu_new (tanh) written out
+        config = transformers.GPT2Config(
+            n_embd=64, n_layer=LLM_LAYERS, n_head=4, n_positions=256, **sizes
+        )
+        return transformers.GPT2LMHeadModel(config)
+    if kind == "stablelm":  # LayerNorm, partial rotary
+        config = transformers.StableLmConfig(
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            partial_rotary_factor=0.25,
+            **layers,
+            **sizes,
+        )
+        return transformers.StableLmForCausalLM(config)
+    if kind == "bert":  # bidirectional encoder, padding mask, exact Gelu
+        config = transformers.BertConfig(
+            num_attention_heads=4, max_position_embeddings=256, **layers, **sizes
+        )
+        return transformers.BertModel(config)
+    raise ValueError(f"unknown family {kind!r}; one of {FAMILIES}")
+
+
+def family_outputs(kind: str, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    """What the torch model behind :func:`family_export` computes for ``feeds`` (the same
+    seeded weights): the reference where ORT's CPU EP cannot run the export."""
+    torch = _torch()
+    model = _family(kind).eval()
+    ids, mask = (torch.from_numpy(feeds[n]) for n in ("input_ids", "attention_mask"))
+    with torch.no_grad():
+        if kind == "bert":
+            return model(input_ids=ids, attention_mask=mask)[0].numpy()
+        return model(input_ids=ids, attention_mask=mask, use_cache=False).logits.numpy()
+
+
+@functools.cache
+def _cached_family(kind: str, opset: int) -> bytes:
+    torch = _torch()
+    inner = _family(kind).eval()
+
+    class Flat(torch.nn.Module):
+        """input_ids and attention_mask in; logits (an encoder: its last hidden state) out."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+            if kind == "bert":
+                return self.inner(input_ids=input_ids, attention_mask=attention_mask)[0]
+            return self.inner(
+                input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+            ).logits
+
+    dim = torch.export.Dim
+    batch, seq = dim("batch", min=1, max=64), dim("sequence_length", min=1, max=256)
+    program = torch.onnx.export(
+        Flat().eval(),
+        (torch.randint(0, _VOCAB, (2, 5)), torch.ones(2, 5, dtype=torch.int64)),
+        dynamo=True,
+        opset_version=opset,
+        input_names=["input_ids", "attention_mask"],
+        output_names=["logits"],
+        dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}),
+        verbose=False,
+    )
+    return program.model_proto.SerializeToString()
+
+
+def family_export(kind: str, opset: int) -> onnx.ModelProto:
+    """A dynamic batch/sequence export of the tiny ``kind`` of :data:`FAMILIES`
+    (random init; cached, a fresh copy each call)."""
+    proto = onnx.ModelProto()
+    proto.ParseFromString(_cached_family(kind, opset))
+    return proto

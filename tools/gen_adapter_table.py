@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Write ``docs/adapters.md``: the adapter registry (opset steps 19..28) as a Markdown table.
+"""Write ``docs/adapters.md``: the adapter registry (opset steps 19 up to the newest opset the
+installed onnx knows) as a Markdown table.
 
 Run it from the repository root after adding or changing an adapter::
 

@@ -56,6 +56,7 @@ from onnxscript_ep_passes.fusion.choice import (
     predicted_counts,
 )
 from onnxscript_ep_passes.fusion.fuse_for_ep import (
+    ACTIVATION_FUSIONS,
     ATTENTION_FUSIONS,
     NORM_FUSIONS,
     FuseForEpPass,
@@ -297,7 +298,7 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
             lowest_opset=self.lowest_opset,
         )
         lowered = lowering(model).modified
-        self._fuse(model, table, NORM_FUSIONS, fuse)
+        self._fuse(model, table, NORM_FUSIONS + ACTIVATION_FUSIONS, fuse)
         if not lowered:
             _Optimize()(model)
             return

@@ -35,8 +35,10 @@ SHIPPED = {
     "cuda-ort-main-2026-09": ("CUDAExecutionProvider", "main-2026-09"),
     **{f"dml-ort-{line}": ("DmlExecutionProvider", line) for line in DML_RELEASES},
     "webgpu-ort-1.32": ("WebGpuExecutionProvider", "1.32.0"),
+    "openvino-ort-1.24": ("OpenVINOExecutionProvider", "1.24"),
 }
 NOT_RELEASES = {"cuda-ort-1.16", "cuda-ort-main-2026-09"}
+TRANSCRIBED_FROM_DOCS = {"openvino-ort-1.24"}  # tests/ep/profiles/test_openvino.py
 
 
 def _table(*rows: tuple[str, str, int, int | None, dict[str, list[str]] | None]) -> KernelTable:
@@ -140,11 +142,14 @@ def test_shipped_snapshots_and_provenance() -> None:
         table = load_snapshot(name)
         assert (table.ep, table.ort_version) == (ep, version)
         marked = f"snapshot:{name}.tsv {snapshots.NOT_A_RELEASE}"
-        assert table.source == (marked if name in NOT_RELEASES else f"snapshot:{name}.tsv")
+        if name in TRANSCRIBED_FROM_DOCS:
+            marked = f"snapshot:{name}.tsv {snapshots.TRANSCRIBED}"
+        with_mark = NOT_RELEASES | TRANSCRIBED_FROM_DOCS
+        assert table.source == (marked if name in with_mark else f"snapshot:{name}.tsv")
         meta = json.loads(snapshots._data_dir().joinpath(f"{name}.json").read_text())
         assert meta["kernels"] == len(table), name
         assert infos[name].source  # where the rows came from
-        typed = name not in NOT_RELEASES and ep != "DmlExecutionProvider"
+        typed = name not in with_mark and ep != "DmlExecutionProvider"
         assert table.has_type_constraints == typed, name
     assert load_snapshot("cuda-ort-1.24.tsv") is load_snapshot("cuda-ort-1.24")
     assert load_snapshot("webgpu-ort-1.32").ep_version == "0.4.0"

@@ -166,9 +166,9 @@ def test_the_command_line_refuses_a_bad_kernel_table_before_the_model(tmp_path: 
 
 def test_an_ep_with_no_table_names_both_options() -> None:
     with pytest.raises(ValueError, match="--kernel-table FILE") as info:
-        resolve_table("OpenVINOExecutionProvider")
+        resolve_table("QNNExecutionProvider")
     assert "--measure" in str(info.value)
-    assert resolve_table("openvino", measure=True).source == MEASURED_ONLY
+    assert resolve_table("qnn", measure=True).source == MEASURED_ONLY
 
 
 def test_the_pass_uses_a_kernel_table_file(tmp_path: Path) -> None:

@@ -113,7 +113,7 @@ def _attention_model(mask_input: bool, is_causal: int) -> onnx.ModelProto:
 @pytest.mark.parametrize(
     ("mask_input", "is_causal", "reason"),
     [
-        (False, 0, "not causal"),
+        (False, 0, "every query sees every key (bidirectional attention)"),
         (True, 0, "mask not proven causal: it depends on the values of input 'm'"),
         (True, 1, "both a mask and is_causal"),
     ],

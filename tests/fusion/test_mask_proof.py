@@ -7,6 +7,8 @@ proof reads (Trilu, Where to an additive float mask) and non-causal ones it must
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -181,7 +183,10 @@ def test_trilu_and_where_masks(upper: int, k: int, proven: bool) -> None:
 def test_a_mask_given_as_an_input_or_from_an_unknown_op_is_refused() -> None:
     nodes = [helper.make_node("RandomUniformLike", ["q"], ["mask"])]
     model = _model(nodes, [])
-    with pytest.raises(RefusedError, match=r"RandomUniformLike node .* is not modelled"):
+    with pytest.raises(
+        RefusedError,
+        match=r"computed by RandomUniformLike node .* in a way the proof cannot follow",
+    ):
         prove_causal_mask(model, model.graph.node(-1).inputs[3], max_length=4096)  # type: ignore[arg-type]
 
 
@@ -266,3 +271,116 @@ def test_packed_sequences_given_as_position_ids_are_refused() -> None:
     model = _model(*_packed("input"))
     reason = "it depends on the values of input 'position_ids', not only on sizes and padding"
     _proven_or_refused(model, model.graph.node(-1), False, reason)
+
+
+@pytest.mark.parametrize(
+    ("target", "proven"),
+    [
+        ("batch_minus1", True),
+        ("zero_minus1", True),
+        ("minus1_batch", False),
+        ("two_minus1", False),
+    ],
+)
+def test_a_reshape_that_keeps_the_masks_shape_is_read_as_a_no_op(
+    target: str, proven: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    # GPT-2 spells ``attention_mask.view(batch, -1)``: Reshape to [B, -1] of a [B, T]
+    # mask keeps it as it is (so does [0, -1]). [-1, B] (B = 1 here) makes it a column,
+    # followed as such: a mask over the query, refused for what it computes. [2, -1] is a
+    # Reshape the proof cannot follow: refused naming the node, its reason at -v.
+    pieces = {
+        "batch_minus1": ["batch", "minus1"],
+        "zero_minus1": ["zero1", "minus1"],
+        "minus1_batch": ["minus1", "batch"],
+        "two_minus1": ["two", "minus1"],
+    }[target]
+    nodes, inits = _positions("LessOrEqual")
+    nodes = [
+        helper.make_node("Shape", ["attention_mask"], ["batch"], start=0, end=1),
+        helper.make_node("Concat", pieces, ["target"], axis=0),
+        helper.make_node("Reshape", ["attention_mask", "target"], ["am_view"]),
+        *(
+            helper.make_node(n.op_type, ["am_view"], list(n.output), to=TensorProto.BOOL)
+            if n.op_type == "Cast"
+            else n
+            for n in nodes
+        ),
+    ]
+    inits += [_i64("minus1", [-1]), _i64("zero1", [0]), _i64("two", [2])]
+    model = _model(nodes, inits)
+    mask = model.graph.node(-1).inputs[3]
+    assert mask is not None
+    caplog.set_level(logging.DEBUG, logger="onnxscript_ep_passes.fusion.mask_proof")
+    if proven:
+        prove_causal_mask(model, mask, max_length=4096)
+    elif target == "minus1_batch":
+        with pytest.raises(RefusedError, match=r"it ignores attention_mask \(the padding\)"):
+            prove_causal_mask(model, mask, max_length=4096)
+    else:
+        with pytest.raises(RefusedError, match=r"computed by Reshape node .* cannot follow") as e:
+            prove_causal_mask(model, mask, max_length=4096)
+        assert e.value.detail == "Reshape other than a no-op or to a 1-element vector"
+        assert "a 1-element vector" not in str(e.value)  # the interpreter's words: at -v
+        assert "a 1-element vector" in caplog.text
+
+
+def _float_built(compare: str, add_padding: bool) -> tuple[list, list]:
+    """transformers 4.44-4.48's float mask: ``full(lowest) * Cast(compare(j, i))``, then
+    ``+ attention_mask``, ``== 0`` and a masked fill with the lowest float."""
+    lowest = numpy_helper.from_array(np.array(np.finfo(np.float32).min, np.float32), "lowest")
+    zero = numpy_helper.from_array(np.array(0.0, np.float32), "fzero")
+    nodes = [
+        helper.make_node("Shape", ["attention_mask"], ["len1"], start=1, end=2),
+        helper.make_node("Squeeze", ["len1"], ["len"]),
+        helper.make_node("Range", ["zero", "len", "one"], ["pos"]),
+        helper.make_node("Concat", ["len1", "len1"], ["square"], axis=0),
+        helper.make_node("Expand", ["lowest", "square"], ["full"]),
+        helper.make_node("Reshape", ["pos", "column"], ["q_pos"]),
+        helper.make_node(compare, ["pos", "q_pos"], ["hidden"]),  # j > i: masked
+        helper.make_node("Cast", ["hidden"], ["hidden_f"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["full", "hidden_f"], ["causal"]),
+        helper.make_node("Unsqueeze", ["causal", "axes01"], ["causal4"]),
+    ]
+    if add_padding:
+        nodes += [
+            helper.make_node("Unsqueeze", ["attention_mask", "axes_pad"], ["am4"]),
+            helper.make_node("Cast", ["am4"], ["am4_f"], to=TensorProto.FLOAT),
+            helper.make_node("Add", ["causal4", "am4_f"], ["summed"]),
+            helper.make_node("Equal", ["summed", "fzero"], ["padded"]),
+            helper.make_node("Where", ["padded", "lowest", "causal4"], ["mask"]),
+        ]
+    else:
+        nodes.append(helper.make_node("Identity", ["causal4"], ["mask"]))
+    inits = [
+        _i64("zero", 0),
+        _i64("one", 1),
+        _i64("column", [-1, 1]),
+        _i64("axes01", [0, 1]),
+        _i64("axes_pad", [1, 2]),
+        lowest,
+        zero,
+    ]
+    return nodes, inits
+
+
+@pytest.mark.parametrize(
+    ("compare", "add_padding", "reason"),
+    [
+        ("Greater", True, None),
+        ("Less", True, "a query also sees later keys"),
+        ("Greater", False, "it ignores attention_mask"),
+    ],
+    ids=["standard", "anti_causal", "no_padding"],
+)
+def test_a_mask_built_in_float_arithmetic_is_read_by_what_it_computes(
+    compare: str, add_padding: bool, reason: str | None
+) -> None:
+    model = _model(*_float_built(compare, add_padding))
+    mask = model.graph.node(-1).inputs[3]
+    assert mask is not None
+    if reason is None:
+        assert prove_causal_mask(model, mask, max_length=4096) is None
+    else:
+        with pytest.raises(RefusedError, match=reason):
+            prove_causal_mask(model, mask, max_length=4096)

@@ -34,7 +34,10 @@ and real compute left on the CPU. :func:`placement_cost` prices a
    before legalized; :func:`best_candidate` takes the best undominated one.
 
 The CPU's rates are the host's (``CPU_FLOPS_PER_US``, ``CPU_BYTES_PER_US``); each EP's
-come from its profile. Every shipped profile uses
+come from its profile. An EP whose tensors live in host memory
+(:attr:`~onnxscript_ep_passes.ep.traits.EpTraits.host_memory`, OpenVINO) has no Memcpy
+predicted (:mod:`~onnxscript_ep_passes.ep.placement.memcpy`), so its transfers cost 0
+(its profile's rates have no link latency either). Every other shipped profile uses
 :data:`~onnxscript_ep_passes.ep.profiles.base.DISCRETE_GPU_RATES`, a generic discrete
 accelerator behind PCIe (10 us per Memcpy, 10 GB/s link, a 50 GFLOP/s / 20 GB/s CPU, a
 5 TFLOP/s / 300 GB/s device; ``MEMCPY_LATENCY_US`` ... ``EP_BYTES_PER_US`` name them):

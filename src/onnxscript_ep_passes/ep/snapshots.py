@@ -8,17 +8,19 @@ Rules:
 - Provenance names the release: ``release`` is the tag of the ORT release the rows were
   listed or transcribed from (``"v1.24.4"``) and ``commit`` the commit it was built from;
   a table that cannot be tied to a release has ``release: null`` and says so in its
-  ``notes``.
+  ``notes``. A table transcribed from a docs page (op names a vendor lists, not rows
+  listed from a kernel registry) names the page in ``transcribed_from``.
 - Shipped snapshots live under ``ep/data`` (see its README); :func:`load_snapshot` loads
   one by name and records ``"snapshot:<name>.tsv"`` as the table's source, followed by
-  :data:`NOT_A_RELEASE` when the snapshot names no release, so every verdict made with it
-  says so. Loaded tables are cached for the life of the process.
+  :data:`NOT_A_RELEASE` when the snapshot names no release and by :data:`TRANSCRIBED`
+  when it was transcribed from docs, so every verdict made with it says so. Loaded tables are cached for the life of the process.
 """
 
 from __future__ import annotations
 
 __all__ = [
     "NOT_A_RELEASE",
+    "TRANSCRIBED",
     "SnapshotInfo",
     "available_snapshots",
     "load_snapshot",
@@ -40,6 +42,8 @@ from onnxscript_ep_passes.ep.kernel_table import KernelTable
 _SNAPSHOT_HEADER = ("domain", "op", "start", "end")
 NOT_A_RELEASE = "(not from a release)"
 """Appended to the source of a snapshot whose provenance names no release."""
+TRANSCRIBED = "(transcribed from docs)"
+"""Appended to the source of a snapshot transcribed from a docs page (``transcribed_from``)."""
 _TYPES_COLUMN = "type_constraints"
 
 
@@ -56,6 +60,7 @@ class SnapshotInfo:
     notes: str = ""
     release: str | None = None
     commit: str | None = None
+    transcribed_from: str | None = None
 
     @property
     def file(self) -> str:
@@ -63,9 +68,12 @@ class SnapshotInfo:
 
     @property
     def table_source(self) -> str:
-        """The loaded table's source: ``snapshot:<file>``, marked when not a release."""
-        tail = "" if self.release else f" {NOT_A_RELEASE}"
-        return f"snapshot:{self.file}{tail}"
+        """The loaded table's source: ``snapshot:<file>``, marked when not a release and
+        when transcribed from docs."""
+        marks = ([] if self.release else [NOT_A_RELEASE]) + (
+            [TRANSCRIBED] if self.transcribed_from else []
+        )
+        return " ".join([f"snapshot:{self.file}", *marks])
 
 
 def _data_dir() -> Any:
@@ -290,6 +298,7 @@ def available_snapshots() -> list[SnapshotInfo]:
                 notes=meta.get("notes", ""),
                 release=meta.get("release"),
                 commit=meta.get("commit"),
+                transcribed_from=meta.get("transcribed_from"),
             )
         )
     return sorted(infos, key=lambda i: i.name)

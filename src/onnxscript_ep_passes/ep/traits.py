@@ -15,6 +15,10 @@ The facts are data, one :class:`EpTraits` per EP, held by the EP's profile
   graph inputs) unless a float16/bfloat16/float8 input is involved, so shape arithmetic
   (``Shape -> Gather -> Unsqueeze -> Concat -> Reshape``) runs on CPU. That is a choice, not
   a fallback.
+- **Host memory** -- an EP whose tensors live in CPU (host) memory (OpenVINO: its
+  allocator is the CPU's, on an Intel CPU or an integrated GPU sharing host memory). ORT's
+  memcpy transformer inserts no Memcpy between such an EP and the CPU EP, so no transfer
+  is predicted or priced at the boundary; its slots then do not matter.
 
 Slots are listed per ``(domain, op)`` for every version of the op that has the input; an
 index beyond a node's inputs is simply never used. Each profile module states where its
@@ -65,6 +69,8 @@ class EpTraits:
         nhwc_domain: the internal domain of the EP's NHWC kernels; ops that have a kernel
             there are converted to NHWC by ORT's layout transformation, which wraps them in
             Transpose nodes at the model's opset. None when the EP keeps NCHW.
+        host_memory: the EP's tensors live in host memory: no Memcpy, in either direction,
+            between its nodes and CPU nodes.
         evidence: where the facts come from.
     """
 
@@ -73,6 +79,7 @@ class EpTraits:
     cpu_outputs: Mapping[tuple[str, str], frozenset[int]] = dataclasses.field(hash=False)
     prefers_cpu_for_shape_nodes: bool = False
     nhwc_domain: str | None = None
+    host_memory: bool = False
     evidence: str = ""
 
     def input_on_cpu(self, domain: str, op: str, index: int) -> bool:

@@ -5,9 +5,13 @@
   :mod:`~onnxscript_ep_passes.fusion.attention_match`; its mask proven causal by
   :mod:`~onnxscript_ep_passes.fusion.mask_proof` over
   :mod:`~onnxscript_ep_passes.fusion.mask_terms` and
-  :mod:`~onnxscript_ep_passes.fusion.mask_pieces`);
+  :mod:`~onnxscript_ep_passes.fusion.mask_pieces` and
+  :mod:`~onnxscript_ep_passes.fusion.mask_float`);
 - :mod:`~onnxscript_ep_passes.fusion.normalization` -- RMS normalizations ->
-  ``SimplifiedLayerNormalization`` / ``SkipSimplifiedLayerNormalization``;
+  ``SimplifiedLayerNormalization`` / ``SkipSimplifiedLayerNormalization``, a residual
+  ``Add`` + ``LayerNormalization`` -> ``SkipLayerNormalization``;
+- :mod:`~onnxscript_ep_passes.fusion.activation` -- the written-out tanh Gelu ->
+  ``FastGelu``, bias + exact Gelu -> ``BiasGelu``;
 - :mod:`~onnxscript_ep_passes.fusion.evaluate` -- running parts of a model on generated
   inputs (the numeric checks);
 - :mod:`~onnxscript_ep_passes.fusion.verify` -- running a fused candidate on the CPU EP

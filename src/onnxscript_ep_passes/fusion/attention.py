@@ -85,12 +85,18 @@ def _prove_mask(model: ir.Model, match: AttentionMatch, max_length: int) -> int 
     causal = node.attributes.get_int("is_causal", 0)
     if mask is None:
         if not causal:
-            raise RefusedError("not causal (no mask, is_causal=0)")
+            raise RefusedError(
+                "no mask and is_causal=0: every query sees every key (bidirectional "
+                "attention), and GroupQueryAttention is causal only"
+            )
         if match.past_key is not None:
-            raise RefusedError("is_causal=1 with a KV cache (ONNX aligns it top-left)")
+            raise RefusedError(
+                "is_causal=1 with a KV cache: ONNX aligns that mask to the first key, not to the "
+                "past, which GroupQueryAttention does not compute"
+            )
         return None
     if causal:
-        raise RefusedError("both a mask and is_causal=1")
+        raise RefusedError("both a mask and is_causal=1 (the fusion reads one or the other)")
     return prove_causal_mask(model, mask, max_length=max_length)
 
 
@@ -113,7 +119,10 @@ def _rotary_caches(
                 if match.rotary_halves:
                     full = np.broadcast_to(value, (sizes.batch, 1, sizes.seq, head))[:, 0]
                     if not np.array_equal(full[..., :half], full[..., half:]):
-                        raise RefusedError("cos/sin halves differ (not rotate_half RoPE)")
+                        raise RefusedError(
+                            "the rotary cos/sin halves differ: not the rotate-half rotary "
+                            "GroupQueryAttention computes"
+                        )
                     out.append(full[..., :half])
                 else:
                     out.append(np.broadcast_to(value, (sizes.batch, sizes.seq, half)))
@@ -126,7 +135,10 @@ def _rotary_caches(
     for value, cache in zip(rows(check), caches):
         expected = cache[check.past : check.past + check.seq]
         if not np.allclose(value, expected[None], rtol=0, atol=1e-6):
-            raise RefusedError("cos/sin are not a function of past + position")
+            raise RefusedError(
+                "the rotary cos/sin do not depend on the position alone (past + index), so one "
+                "cache cannot hold them"
+            )
     return caches[0], caches[1]
 
 

@@ -19,7 +19,12 @@ import onnx_ir as ir
 
 
 class RefusedError(Exception):
-    pass
+    """Why a fusion was not applied, in user terms (its message); ``detail`` holds the
+    internal reason where the message leaves it out (logged at debug level: ``-v``)."""
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 def _producer(value: ir.Value | None, op_type: str, domain: str = "") -> ir.Node:
@@ -125,15 +130,19 @@ def _match_repeat(value: ir.Value, heads: int) -> tuple[ir.Value, int]:
     except RefusedError:
         return value, heads
     if _ints(unsqueeze.inputs[1]) != [2]:
-        raise RefusedError("repeat_kv Unsqueeze is not on axis 2")
+        raise RefusedError("the key/value head repetition (repeat_kv) is not on the head axis")
     source = unsqueeze.inputs[0]
     assert source is not None
     kv_heads = _static_dims(source, 4)[1]
     expanded = _static_dims(expand.outputs[0], 5)
     if kv_heads is None or expanded[1] != kv_heads or expanded[2] is None:
-        raise RefusedError("repeat_kv with unknown head counts")
+        raise RefusedError(
+            "the key/value head repetition (repeat_kv) has head counts the shapes do not give"
+        )
     if kv_heads * expanded[2] != heads or _static_dims(value, 4)[1] != heads:
-        raise RefusedError("repeat_kv does not give the query's head count")
+        raise RefusedError(
+            "the key/value head repetition (repeat_kv) does not give the query's head count"
+        )
     return source, kv_heads
 
 
@@ -182,25 +191,33 @@ class AttentionMatch:
 
 def match_attention(node: ir.Node, graph: ir.Graph) -> AttentionMatch:
     if node.attributes.get_float("softcap", 0.0) != 0.0:
-        raise RefusedError("softcap")
+        raise RefusedError(
+            "the attention caps its scores (softcap), which the fusion does not carry over"
+        )
     if any(v is not None for v in node.inputs[4:]):
-        raise RefusedError("ai.onnx past/nonpad inputs")
+        raise RefusedError(
+            "the Attention node takes a KV cache or non-padding lengths as inputs of its own, "
+            "which the fusion does not read"
+        )
     if any(o.uses() or o.is_graph_output() for o in node.outputs[1:]):
-        raise RefusedError("outputs beyond the first are used")
+        raise RefusedError(
+            "the Attention node's present key/value or scores outputs are used, and the fused "
+            "node does not give them"
+        )
     q_in, k_in, v_in = node.inputs[:3]
     if q_in is None or k_in is None or v_in is None:
-        raise RefusedError("missing q/k/v")
+        raise RefusedError("the Attention node lacks its query, key or value")
     _, heads, _, head = _static_dims(q_in, 4)
     if heads is None or head is None:
-        raise RefusedError("unknown head count or head size")
+        raise RefusedError("the number of heads or the head size is not known from the shapes")
     k_all, kv_heads = _match_repeat(k_in, heads)
     v_all, v_heads = _match_repeat(v_in, heads)
     if v_heads != kv_heads or _static_dims(v_all, 4)[3] != head:
-        raise RefusedError("key and value differ in heads or head size")
+        raise RefusedError("key and value have different head counts or head sizes")
     past_key, k_new = split_cache(k_all, graph)
     past_value, v_new = split_cache(v_all, graph)
     if (past_key is None) != (past_value is None):
-        raise RefusedError("KV cache on only one of key/value")
+        raise RefusedError("only one of key and value has a KV cache")
     rotary, halves = None, True
     q, k = q_in, k_new
     for matcher, full_width in ((_match_rope, True), (_match_onnx_rope, False)):

@@ -27,6 +27,7 @@ what would accept it). Tolerances (fp32 models) are documented in docs/ep.md.
 from __future__ import annotations
 
 __all__ = [
+    "ACTIVATION_FUSIONS",
     "ATTENTION_FUSIONS",
     "FUSIONS",
     "NORM_FUSIONS",
@@ -48,9 +49,15 @@ from onnxscript_ep_passes.core.copies import adopt
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.profiles import canonical_ep_name, resolve_ep
 from onnxscript_ep_passes.ep.table_choice import get_table
+from onnxscript_ep_passes.fusion.activation import fuse_bias_gelu, fuse_fast_gelu
 from onnxscript_ep_passes.fusion.attention import fuse_attention_to_gqa
 from onnxscript_ep_passes.fusion.evaluate import Sizes
-from onnxscript_ep_passes.fusion.normalization import fuse_rms, fuse_skip_rms, rms_to_simplified
+from onnxscript_ep_passes.fusion.normalization import (
+    fuse_rms,
+    fuse_skip_layer_norm,
+    fuse_skip_rms,
+    rms_to_simplified,
+)
 from onnxscript_ep_passes.fusion.verify import Runs, decide, ep_loadable, verify_fusion
 
 logger = logging.getLogger(__name__)
@@ -95,10 +102,23 @@ NORM_FUSIONS: tuple[FusionSpec, ...] = (
         _simple(fuse_skip_rms),
         1e-4,
     ),
+    FusionSpec(
+        "skip_layer_normalization",
+        "com.microsoft",
+        "SkipLayerNormalization",
+        _simple(fuse_skip_layer_norm),
+        1e-4,
+    ),
 )
-"""RMS normalization fusions, in order (the skip fusion matches the others' output). They
-create ``SimplifiedLayerNormalization`` in the ONNX domain, which has no ONNX schema: the
-pipeline runs them after the lowering."""
+"""Normalization fusions, in order (the skip RMS fusion matches the others' output). The
+RMS ones create ``SimplifiedLayerNormalization`` in the ONNX domain, which has no ONNX
+schema: the pipeline runs them after the lowering."""
+
+ACTIVATION_FUSIONS: tuple[FusionSpec, ...] = (
+    FusionSpec("fast_gelu", "com.microsoft", "FastGelu", _simple(fuse_fast_gelu), 1e-4),
+    FusionSpec("bias_gelu", "com.microsoft", "BiasGelu", _simple(fuse_bias_gelu), 1e-4),
+)
+"""Gelu fusions (only to a fused op that is the same function); run after the lowering."""
 
 ATTENTION_FUSIONS: tuple[FusionSpec, ...] = (
     FusionSpec("group_query_attention", "com.microsoft", "GroupQueryAttention", _gqa, 1e-3),
@@ -106,7 +126,7 @@ ATTENTION_FUSIONS: tuple[FusionSpec, ...] = (
 """Attention fusions: run before the lowering, whose legalization would otherwise expand
 ai.onnx Attention on an EP without an Attention kernel."""
 
-FUSIONS = NORM_FUSIONS + ATTENTION_FUSIONS
+FUSIONS = NORM_FUSIONS + ACTIVATION_FUSIONS + ATTENTION_FUSIONS
 """Every fusion, in the order :class:`FuseForEpPass` tries them by default."""
 
 

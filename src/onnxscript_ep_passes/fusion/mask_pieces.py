@@ -1,4 +1,4 @@
-"""Slices, concatenations and running sums of symbolic values, for the mask proof.
+"""Slices, concatenations, running sums and gathers of symbolic values, for the mask proof.
 
 :mod:`~onnxscript_ep_passes.fusion.mask_proof` reads what a mask subgraph computes, not
 which ops spell it. The rules here are what each op computes on the symbolic values of
@@ -17,6 +17,18 @@ coordinates), so another spelling of the same arithmetic needs no new case:
   ``[p0 - 1, p0, p1, ...]``, which for ``position_ids = arange`` is ``x - 1`` throughout.)
 - :func:`cumsum_val`: the running sum of a constant ``c`` along axis ``a`` is ``c * (x_a +
   1)`` (``exclusive``: ``c * x_a``; ``reverse``: counted from the end).
+- :func:`cast_val`: a ``Cast`` to bool of ``attention_mask`` is the padding atom, of a
+  constant the constant's truth; a Cast between booleans and integers keeps the values, a
+  boolean to float is its :class:`~onnxscript_ep_passes.fusion.mask_terms.Indicator`.
+- :func:`reshape_keeps`: a ``Reshape`` whose target is the value's own dims (``0`` copying
+  a dim, one ``-1`` for the dim left) keeps the value (GPT-2's
+  ``attention_mask.view(batch, -1)``).
+- :func:`reshape_units`: a ``Reshape`` that only adds or drops axes of size 1 (4.x's
+  ``cache_position.reshape(-1, 1)``) moves each other axis's coordinate to its new place,
+  as ``Unsqueeze``/``Squeeze`` do.
+- :func:`trilu_val`: ``Trilu`` keeps ``col - row - k >= 0`` (upper) or its mirror;
+  :func:`gather_nd_val`: ``GatherND`` of single elements at coordinates proven inside the
+  data's dims is the data's function at those coordinates.
 
 Anything else is an :class:`~onnxscript_ep_passes.fusion.mask_terms.Unknown` with the
 reason (fine while only its shape is used) or a refusal.
@@ -24,20 +36,40 @@ reason (fine while only its shape is used) or a refusal.
 
 from __future__ import annotations
 
-__all__ = ["concat_pieces", "cumsum_val", "slice_val"]
+__all__ = [
+    "cast_val",
+    "concat_pieces",
+    "cumsum_val",
+    "gather_nd_val",
+    "reshape_keeps",
+    "reshape_units",
+    "slice_val",
+    "trilu_val",
+]
 
 from collections.abc import Sequence
 
+import onnx_ir as ir
+
 from onnxscript_ep_passes.fusion.mask_terms import (
     ONE,
+    AnyOf,
     Bounds,
+    FloatConst,
+    FloatMask,
+    Index,
+    Indicator,
     Lin,
+    PadAtom,
     PadInput,
     Unknown,
     Val,
     Vec,
     as_field,
+    conj,
+    is_lowest,
     map_elem,
+    negate,
     refuse,
 )
 
@@ -146,3 +178,96 @@ def cumsum_val(data: Val, axis: int, exclusive: bool, reverse: bool) -> Val:
         position = field.dims[a] - ONE - position
     count = position if exclusive else position + ONE
     return Val(field.dims, count.scale(field.elem.const))
+
+
+def reshape_keeps(dims: tuple[Lin, ...], target: tuple[Lin, ...], allowzero: int) -> bool:
+    """Whether Reshape to ``target`` keeps ``dims``: equal item by item, where a ``0``
+    (without ``allowzero``) copies the dim and one ``-1`` stands for the one dim left (the
+    element count is the same, so it is that dim)."""
+    if len(target) != len(dims):
+        return False
+    unmatched = 0
+    for dim, item in zip(dims, target):
+        if item == dim or (item == Lin.of(0) and not allowzero):
+            continue
+        if item != Lin.of(-1):
+            return False
+        unmatched += 1
+    return unmatched <= 1
+
+
+def trilu_val(x: Val, k: Lin, upper: bool) -> Val:
+    """``Trilu(x, k)`` of a boolean or lowest-float field: the kept part is ``col - row - k
+    >= 0`` (upper) or ``row + k - col >= 0`` (lower)."""
+    rank = len(x.dims)
+    if rank < 2:
+        raise refuse("Trilu of rank < 2")
+    row, col = Lin.of(**{f"x{rank - 2}": 1}), Lin.of(**{f"x{rank - 1}": 1})
+    kept = col - row - k if upper else row + k - col
+    if x.elem is None or isinstance(x.elem, frozenset):
+        return Val(x.dims, conj(x.elem, frozenset({kept})))
+    if isinstance(x.elem, FloatConst) and is_lowest(x.elem.value):
+        negated = negate(frozenset({kept}))  # -inf where kept, 0 elsewhere
+        assert not isinstance(negated, Unknown)
+        return Val(x.dims, FloatMask(negated))
+    return Val(x.dims, Unknown("Trilu of a value this proof does not model"))
+
+
+def gather_nd_val(data: Val, index: Val, bounds: Bounds) -> Val:
+    """``GatherND(data, index)`` (no batch dims) of single elements at index coordinates
+    proven inside ``data``'s dims."""
+    if not isinstance(index.elem, Index) or len(index.elem.items) != len(data.dims):
+        return Val(index.dims[:-1], Unknown("a GatherND other than of single elements"))
+    dims = index.dims[:-1]
+    for coordinate, size in zip(index.elem.items, data.dims):
+        inside = bounds.always(coordinate, dims) and bounds.always(size - ONE - coordinate, dims)
+        if not inside:
+            raise refuse(f"GatherND index {coordinate} not proven inside [0, {size})")
+    mapping = {f"x{a}": item for a, item in enumerate(index.elem.items)}
+    return Val(dims, map_elem(data.elem, mapping))
+
+
+def reshape_units(x: Val, target: tuple[Lin, ...]) -> Val | None:
+    """``Reshape(x, target)`` where ``target`` is ``x``'s dims of size other than 1, in
+    order, with 1s added or dropped (one ``-1`` standing for a dim or a 1); None otherwise."""
+    kept = [a for a, d in enumerate(x.dims) if d != ONE]
+    places = [i for i, t in enumerate(target) if t != ONE]
+    if target.count(Lin.of(-1)) > 1:
+        return None
+    if len(places) == len(kept) + 1:  # the -1 stands for a 1
+        places = [i for i in places if target[i] != Lin.of(-1)]
+    if len(places) != len(kept):
+        return None
+    dims = [ONE] * len(target)
+    for a, i in zip(kept, places):
+        if target[i] not in (x.dims[a], Lin.of(-1)):
+            return None
+        dims[i] = x.dims[a]
+    mapping = {f"x{a}": Lin() for a in range(len(x.dims))}
+    mapping.update({f"x{a}": Lin.of(**{f"x{i}": 1}) for a, i in zip(kept, places)})
+    return Val(tuple(dims), map_elem(x.elem, mapping))
+
+
+def cast_val(x: Val, to: ir.DataType) -> Val:
+    """``Cast(x, to)`` (see the module doc); float arithmetic is left as Unknown."""
+    if isinstance(x.elem, Unknown):
+        return x  # keeps the reason
+    if isinstance(x.elem, PadInput) and to != ir.DataType.BOOL:
+        return x  # attention_mask's values, as integers or floats
+    if to.is_floating_point() and (x.elem is None or isinstance(x.elem, (frozenset, AnyOf))):
+        return Val(x.dims, Indicator(x.elem))
+    if to == ir.DataType.BOOL:
+        if isinstance(x.elem, PadInput):
+            return Val(x.dims, frozenset({PadAtom(x.elem.b, x.elem.j)}))
+        if x.elem is None or isinstance(x.elem, frozenset):
+            return x
+        if isinstance(x.elem, FloatConst) or (isinstance(x.elem, Lin) and x.elem.is_const()):
+            value = x.elem.value if isinstance(x.elem, FloatConst) else x.elem.const
+            return Val(x.dims, frozenset() if value != 0 else None)  # a constant boolean
+        return Val(x.dims, Unknown("a Cast to bool of a non-boolean"))
+    if to.is_integer() and isinstance(x.elem, (Lin, Vec)):
+        return x
+    if to.is_integer() and (x.elem is None or x.elem == frozenset()):
+        return Val(x.dims, Lin.of(int(x.elem is not None)))  # a constant boolean
+    why = f"it is built in {to.name.lower()} arithmetic (a Cast to {to.name})"
+    return Val(x.dims, Unknown(why))

@@ -20,13 +20,15 @@ Rules:
   Bounds: ``B >= 1``, ``S >= 1``, ``P >= 0`` and ``P + S <= max_length`` (the fused node's
   limit: its rotary caches have ``max_length`` rows).
 - **Values.** Each tensor is a function of its own coordinates ``x0, x1, ...``: shape
-  arithmetic (Shape, Squeeze, Unsqueeze, Concat, Reshape to 1-D, Gather, Cast, Add, Sub,
-  Mul by a constant, Max/Min that the bounds decide) is linear in the sizes; ``Range(a, n,
-  1)`` is ``a + x0``; broadcasting binds coordinates; comparisons (``LessOrEqual``,
-  ``Less``, ``Greater``, ``GreaterOrEqual``, ``Equal``) give linear atoms;
+  arithmetic (Shape, Squeeze, Unsqueeze, Concat, Reshape to 1-D or keeping the shape,
+  Gather, Cast, Add, Sub, Mul by a constant, Max/Min that the bounds decide) is linear in
+  the sizes; ``Range(a, n, 1)`` is ``a + x0``; broadcasting binds coordinates;
+  comparisons (``LessOrEqual``, ``Less``, ``Greater``, ``GreaterOrEqual``, ``Equal``) give
+  linear atoms;
   ``And``/``Not``/``Where``/``Trilu``/``Expand``/``ConstantOfShape`` combine them;
   ``GatherND(Cast(attention_mask, bool), [b, j])`` is the padding atom. A float mask is
-  accepted only as ``Where(allowed, 0, -inf or the lowest float)``.
+  ``Where(allowed, 0, -inf or the lowest float)`` or built in float arithmetic as
+  transformers 4.4x does (:mod:`~onnxscript_ep_passes.fusion.mask_float`).
 - **Decision.** The mask's predicate is a conjunction of atoms. Atoms that hold on the
   whole domain (coordinates inside the mask's shape, sizes inside their bounds) are
   dropped; what is left must be exactly the causal atom ``P + i - j >= 0``, at most one
@@ -48,20 +50,36 @@ from __future__ import annotations
 __all__ = ["prove_causal_mask"]
 
 import logging
-import re
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx_ir as ir
 
-from onnxscript_ep_passes.fusion.mask_pieces import concat_pieces, cumsum_val, slice_val
+from onnxscript_ep_passes.fusion.attention_match import RefusedError
+from onnxscript_ep_passes.fusion.mask_float import (
+    disjoin,
+    float_product,
+    float_sum,
+    masked_equal,
+    where_val,
+)
+from onnxscript_ep_passes.fusion.mask_pieces import (
+    cast_val,
+    concat_pieces,
+    cumsum_val,
+    gather_nd_val,
+    reshape_keeps,
+    reshape_units,
+    slice_val,
+    trilu_val,
+)
 from onnxscript_ep_passes.fusion.mask_terms import (
     COMPARE,
     ONE,
+    REFUSED,
     Atom,
     Bounds,
     Elem,
-    FloatConst,
     FloatMask,
     Index,
     Lin,
@@ -79,8 +97,8 @@ from onnxscript_ep_passes.fusion.mask_terms import (
     const_axes,
     const_val,
     describe_mismatch,
+    handler_name,
     has_past_input,
-    is_lowest,
     map_elem,
     negate,
     rebind,
@@ -92,8 +110,14 @@ from onnxscript_ep_passes.fusion.mask_terms import (
 logger = logging.getLogger(__name__)
 
 
-def _snake(op_type: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z][a-z])", "_", op_type).lower()
+def _unfollowed(node: ir.Node, detail: str) -> RefusedError:
+    """A refusal naming ``node`` in user terms; the interpreter's reason goes to ``-v``."""
+    logger.debug("mask proof stops at %s node %r: %s", node.op_type, node.name, detail)
+    return RefusedError(
+        f"{REFUSED}it is computed by {node.op_type} node {node.name!r} in a way the proof "
+        "cannot follow, so the attention stays unfused (exact); -v logs why",
+        detail=detail,
+    )
 
 
 class _Interpreter:
@@ -116,12 +140,17 @@ class _Interpreter:
         node = value.producer()
         if node is None:
             return self._input(value)
-        handler = getattr(self, "op_" + _snake(node.op_type), None)
+        handler = getattr(self, handler_name(node.op_type), None)
         if node.domain not in ("", "ai.onnx") or handler is None:
-            raise refuse(f"{node.op_type} node {node.name!r} is not modelled")
+            raise _unfollowed(node, f"{node.op_type} is not modelled")
         if value is not node.outputs[0]:
-            raise refuse(f"output {value.name!r} of {node.op_type} is not modelled")
-        result: Val = handler(node, [None if v is None else v for v in node.inputs])
+            raise _unfollowed(node, f"output {value.name!r} of {node.op_type} is not modelled")
+        try:
+            result: Val = handler(node, [None if v is None else v for v in node.inputs])
+        except RefusedError as error:
+            if error.detail is not None:  # located at an input's node already
+                raise
+            raise _unfollowed(node, str(error).removeprefix(REFUSED)) from None
         return result
 
     def _roles(self, value: ir.Value) -> list[Lin | None]:
@@ -174,21 +203,7 @@ class _Interpreter:
         return self._arg(inputs, 0)
 
     def op_cast(self, node: ir.Node, inputs: list) -> Val:
-        x = self._arg(inputs, 0)
-        if isinstance(x.elem, Unknown):
-            return x  # keeps the reason
-        to = ir.DataType(node.attributes.get_int("to", 0))
-        if to == ir.DataType.BOOL:
-            if isinstance(x.elem, PadInput) and len(x.dims) == 2:
-                return Val(x.dims, frozenset({PadAtom(Lin.of(x0=1), Lin.of(x1=1))}))
-            if x.elem is None or isinstance(x.elem, frozenset):
-                return x
-            return Val(x.dims, Unknown("a Cast to bool of a non-boolean"))
-        if to.is_integer() and isinstance(x.elem, (Lin, Vec)):
-            return x
-        if to.is_integer() and (x.elem is None or x.elem == frozenset()):
-            return Val(x.dims, Lin.of(int(x.elem is not None)))  # a constant boolean
-        return Val(x.dims, Unknown(f"a Cast to {to.name}"))
+        return cast_val(self._arg(inputs, 0), ir.DataType(node.attributes.get_int("to", 0)))
 
     def op_shape(self, node: ir.Node, inputs: list) -> Val:
         dims = self._arg(inputs, 0).dims
@@ -254,8 +269,11 @@ class _Interpreter:
         x, shape = self._arg(inputs, 0), as_vec(self._arg(inputs, 1))
         if len(shape.items) == 1 and shape.items[0] in (Lin.of(-1), ONE) and len(x.dims) <= 1:
             return Val((ONE,), Vec(as_vec(x).items))
-        if shape.items == x.dims:
+        if reshape_keeps(x.dims, shape.items, node.attributes.get_int("allowzero", 0)):
             return x
+        moved = reshape_units(as_field(x), shape.items)
+        if moved is not None:
+            return moved
         raise refuse("Reshape other than a no-op or to a 1-element vector")
 
     def op_slice(self, node: ir.Node, inputs: list) -> Val:
@@ -308,7 +326,12 @@ class _Interpreter:
         dims = broadcast_dims([v.dims for v in vals])
         return dims, [rebind(v, len(dims)) for v in vals]
 
-    def _arith(self, inputs: list, combine: Callable[[Lin, Lin], Lin | None]) -> Val:
+    def _arith(
+        self,
+        inputs: list,
+        combine: Callable[[Lin, Lin], Lin | None],
+        floats: Callable[[Elem, Elem, tuple[Lin, ...]], Elem | None] = lambda a, b, d: None,
+    ) -> Val:
         scalars = [self._arg(inputs, i) for i in range(2)]
         if all(isinstance(s.elem, Vec) for s in scalars):
             a, b = (s.elem.items for s in scalars)  # type: ignore[union-attr]
@@ -318,6 +341,8 @@ class _Interpreter:
                 if len(kept) == len(a):
                     return Val((Lin.of(len(a)),), Vec(kept))
         dims, (a, b) = self._elementwise(inputs)
+        if (read := floats(a, b, dims)) is not None:
+            return Val(dims, read)
         if isinstance(a, FloatMask) and isinstance(b, FloatMask):
             return Val(dims, FloatMask(conj(a.allowed, b.allowed)))
         if not isinstance(a, Lin) or not isinstance(b, Lin):
@@ -327,7 +352,7 @@ class _Interpreter:
         return Val(dims, out if out is not None else Unknown(f"arithmetic on {a} and {b}"))
 
     def op_add(self, node: ir.Node, inputs: list) -> Val:
-        return self._arith(inputs, lambda a, b: a + b)
+        return self._arith(inputs, lambda a, b: a + b, lambda a, b, _: float_sum(a, b))
 
     def op_sub(self, node: ir.Node, inputs: list) -> Val:
         return self._arith(inputs, lambda a, b: a - b)
@@ -338,7 +363,7 @@ class _Interpreter:
                 return b.scale(a.const)
             return a.scale(b.const) if b.is_const() else None
 
-        return self._arith(inputs, mul)
+        return self._arith(inputs, mul, lambda a, b, d: float_product(a, b, self.bounds, d))
 
     def _extreme(self, inputs: list, smaller: bool) -> Val:
         dims = broadcast_dims([as_field(self._arg(inputs, i)).dims for i in range(2)])
@@ -364,6 +389,8 @@ class _Interpreter:
 
     def _compare(self, node: ir.Node, inputs: list) -> Val:
         dims, (a, b) = self._elementwise(inputs)
+        if node.op_type == "Equal" and (read := masked_equal(a, b)) is not None:
+            return Val(dims, read)
         if not isinstance(a, Lin) or not isinstance(b, Lin):
             why = a.why if isinstance(a, Unknown) else b.why if isinstance(b, Unknown) else ""
             return Val(dims, Unknown(why or f"{node.op_type} of non-integer values"))
@@ -380,6 +407,11 @@ class _Interpreter:
                 return Val(dims, Unknown("And of non-boolean values"))
         return Val(dims, conj(a, b))  # type: ignore[arg-type]
 
+    def op_or(self, node: ir.Node, inputs: list) -> Val:
+        dims, (a, b) = self._elementwise(inputs)
+        read = disjoin(a, b)
+        return Val(dims, read if read is not None else Unknown("an Or of several conditions"))
+
     def op_not(self, node: ir.Node, inputs: list) -> Val:
         x = self._arg(inputs, 0)
         if x.elem is None or isinstance(x.elem, frozenset):
@@ -390,53 +422,18 @@ class _Interpreter:
 
     def op_where(self, node: ir.Node, inputs: list) -> Val:
         dims, (cond, yes, no) = self._elementwise(inputs)
-        if isinstance(cond, Unknown):
-            return Val(dims, cond)
-        if cond is not None and not isinstance(cond, frozenset):
-            return Val(dims, Unknown("Where on a non-boolean condition"))
-        if isinstance(yes, FloatConst) and isinstance(no, FloatConst):
-            if yes.value == 0 and is_lowest(no.value):
-                return Val(dims, FloatMask(cond))
-            negated = negate(cond)
-            if is_lowest(yes.value) and no.value == 0 and not isinstance(negated, Unknown):
-                return Val(dims, FloatMask(negated))
-        if no is None and (yes is None or isinstance(yes, frozenset)):
-            return Val(dims, conj(cond, yes))
-        return Val(dims, Unknown("a Where this proof does not model"))
+        return Val(dims, where_val(cond, yes, no))
 
     def op_trilu(self, node: ir.Node, inputs: list) -> Val:
         x = as_field(self._arg(inputs, 0))
         k = self._arg(inputs, 1).elem if len(inputs) > 1 and inputs[1] is not None else Lin()
         k = as_vec(Val((), k) if isinstance(k, Lin) else Val((ONE,), k)).items[0]
-        rank = len(x.dims)
-        if rank < 2:
-            raise refuse("Trilu of rank < 2")
-        row, col = Lin.of(**{f"x{rank - 2}": 1}), Lin.of(**{f"x{rank - 1}": 1})
-        upper = node.attributes.get_int("upper", 1)
-        kept = col - row - k if upper else row + k - col  # the part Trilu keeps: >= 0
-        if x.elem is None or isinstance(x.elem, frozenset):
-            return Val(x.dims, conj(x.elem, frozenset({kept})))
-        if isinstance(x.elem, FloatConst) and is_lowest(x.elem.value):
-            negated = negate(frozenset({kept}))  # -inf where kept, 0 elsewhere
-            assert not isinstance(negated, Unknown)
-            return Val(x.dims, FloatMask(negated))
-        return Val(x.dims, Unknown("Trilu of a value this proof does not model"))
+        return trilu_val(x, k, bool(node.attributes.get_int("upper", 1)))
 
     def op_gathernd(self, node: ir.Node, inputs: list) -> Val:
-        data, index = self._arg(inputs, 0), self._arg(inputs, 1)
         if node.attributes.get_int("batch_dims", 0) != 0:
             raise refuse("GatherND with batch_dims")
-        if not isinstance(index.elem, Index) or len(index.elem.items) != len(data.dims):
-            return Val(index.dims[:-1], Unknown("a GatherND other than of single elements"))
-        dims = index.dims[:-1]
-        for coordinate, size in zip(index.elem.items, data.dims):
-            inside = self.bounds.always(coordinate, dims) and self.bounds.always(
-                size - ONE - coordinate, dims
-            )
-            if not inside:
-                raise refuse(f"GatherND index {coordinate} not proven inside [0, {size})")
-        mapping = {f"x{a}": item for a, item in enumerate(index.elem.items)}
-        return Val(dims, map_elem(data.elem, mapping))
+        return gather_nd_val(self._arg(inputs, 0), self._arg(inputs, 1), self.bounds)
 
 
 def prove_causal_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> int | None:
@@ -482,9 +479,13 @@ def prove_causal_mask(model: ir.Model, mask: ir.Value, *, max_length: int) -> in
         expected.add(windows[0])
     pad = next((v for v in model.graph.inputs if v.name == "attention_mask"), None)
     if pad is not None:
-        one_row = pad.shape is not None and len(pad.shape) == 2 and pad.shape[0] == 1
-        if dims[0] != Lin.of(B=1) and not one_row:
-            raise refuse("the mask is the same for every batch row")
+        rows = pad.shape[0] if pad.shape is not None and len(pad.shape) == 2 else None
+        if rows != 1 and dims[0] != (Lin.of(rows) if isinstance(rows, int) else Lin.of(B=1)):
+            raise refuse(
+                "the mask is the same for every batch row"
+                if dims[0] == ONE
+                else f"the mask's first axis ({dims[0]}) is not the batch"
+            )
         expected.add(PadAtom(Lin.of(x0=int(dims[0] != ONE)), Lin.of(x3=1)))
     if left != expected:
         logger.debug(

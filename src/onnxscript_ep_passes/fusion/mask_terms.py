@@ -6,7 +6,8 @@ Rules:
   ``P`` (batch, current tokens, past tokens) and a tensor's own coordinates ``x0, x1...``.
 - A boolean tensor is a conjunction of atoms (``Pred``: a frozenset; ``None`` is false
   everywhere): a :class:`Lin` atom means ``lin >= 0``, a :class:`PadAtom` means
-  ``attention_mask[b, j] != 0``.
+  ``attention_mask[b, j] != 0`` (or ``== 0``); an :class:`AnyOf` is a disjunction of atoms
+  (``Or``).
 - :class:`Val`: a tensor's dims (Lins) and its element as a function of its coordinates.
   Broadcasting (:func:`rebind`) renumbers an operand's coordinates into the output's;
   a size-1 axis's coordinate is 0; two dims broadcast only when they are equal Lins or 1.
@@ -21,14 +22,18 @@ from __future__ import annotations
 __all__ = [
     "COMPARE",
     "ONE",
+    "REFUSED",
     "SIZES",
+    "AnyOf",
     "Atom",
     "Bounds",
     "Elem",
     "FloatConst",
     "FloatMask",
     "Index",
+    "Indicator",
     "Lin",
+    "MaskPlusPad",
     "PadAtom",
     "PadInput",
     "Pred",
@@ -44,10 +49,12 @@ __all__ = [
     "const_axes",
     "const_val",
     "describe_mismatch",
+    "handler_name",
     "has_past_input",
     "is_lowest",
     "map_elem",
     "negate",
+    "negate_atom",
     "rebind",
     "refuse",
     "show_atom",
@@ -56,6 +63,7 @@ __all__ = [
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -119,10 +127,11 @@ class Unknown:
 
 @dataclasses.dataclass(frozen=True)
 class PadAtom:
-    """``attention_mask[b, j] != 0``."""
+    """``attention_mask[b, j] != 0`` (``held=False``: ``== 0``)."""
 
     b: Lin
     j: Lin
+    held: bool = True
 
 
 Atom = Lin | PadAtom  # a Lin atom means ``lin >= 0``
@@ -157,11 +166,50 @@ class FloatMask:
 
 @dataclasses.dataclass(frozen=True)
 class PadInput:
-    """The ``attention_mask`` graph input itself (integers; a Cast to bool gives the
-    predicate ``PadAtom(x0, x1)``)."""
+    """The values ``attention_mask[b, j]`` (integers, or floats after a Cast; a Cast to bool
+    gives the predicate ``PadAtom(b, j)``)."""
+
+    b: Lin = dataclasses.field(default_factory=lambda: Lin.of(x0=1))
+    j: Lin = dataclasses.field(default_factory=lambda: Lin.of(x1=1))
 
 
-Elem = Lin | Vec | Index | FloatConst | FloatMask | PadInput | Unknown | frozenset | None
+@dataclasses.dataclass(frozen=True)
+class AnyOf:
+    """A boolean: at least one of ``atoms`` holds (``Or``)."""
+
+    atoms: frozenset[Atom]
+
+
+@dataclasses.dataclass(frozen=True)
+class Indicator:
+    """A float: 1 where ``pred`` holds, 0 elsewhere (a Cast of a boolean to float)."""
+
+    pred: Pred | AnyOf
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskPlusPad:
+    """``FloatMask(allowed) + attention_mask[pad.b, pad.j]`` (transformers 4.4x's float
+    masks add the padding before comparing with 0)."""
+
+    allowed: Pred
+    pad: PadInput
+
+
+Elem = (
+    Lin
+    | Vec
+    | Index
+    | FloatConst
+    | FloatMask
+    | PadInput
+    | AnyOf
+    | Indicator
+    | MaskPlusPad
+    | Unknown
+    | frozenset
+    | None
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,7 +218,8 @@ class Val:
 
     ``elem``: :class:`Lin` (integers), a ``Pred`` (booleans: a frozenset of atoms, or None
     for false), :class:`Vec` (then ``dims`` is ``(len,)``), :class:`Index`,
-    :class:`FloatConst`, :class:`FloatMask`, :class:`PadInput` or :class:`Unknown`.
+    :class:`FloatConst`, :class:`FloatMask`, :class:`PadInput`, :class:`AnyOf`,
+    :class:`Indicator`, :class:`MaskPlusPad` or :class:`Unknown`.
     """
 
     dims: tuple[Lin, ...]
@@ -201,8 +250,12 @@ class Bounds:
         return self.minimum(lin, dims) >= 0
 
 
+REFUSED = "mask not proven causal: "
+"""How every mask refusal starts."""
+
+
 def refuse(why: str) -> RefusedError:
-    return RefusedError(f"mask not proven causal: {why}")
+    return RefusedError(f"{REFUSED}{why}")
 
 
 def canonical(atom: Atom) -> Atom:
@@ -237,9 +290,15 @@ def negate(pred: Pred) -> Pred | Unknown:
         return None
     if len(pred) == 1:
         (atom,) = pred
-        if isinstance(atom, Lin):
-            return frozenset({atom.scale(-1) - ONE})  # not (e >= 0)  <=>  -e - 1 >= 0
+        return frozenset({negate_atom(atom)})
     return Unknown("negation of a conjunction")
+
+
+def negate_atom(atom: Atom) -> Atom:
+    """``not atom``: ``not (e >= 0)`` is ``-e - 1 >= 0``; a padding atom flips ``held``."""
+    if isinstance(atom, PadAtom):
+        return dataclasses.replace(atom, held=not atom.held)
+    return atom.scale(-1) - ONE
 
 
 def broadcast_dims(all_dims: Sequence[tuple[Lin, ...]]) -> tuple[Lin, ...]:
@@ -266,10 +325,27 @@ def map_elem(elem: Elem, mapping: Mapping[str, Lin]) -> Elem:
 
     if isinstance(elem, Lin):
         return lin(elem)
-    if isinstance(elem, frozenset):
+
+    def atoms(items: frozenset[Atom]) -> frozenset[Atom]:
         return frozenset(
-            PadAtom(lin(a.b), lin(a.j)) if isinstance(a, PadAtom) else lin(a) for a in elem
+            dataclasses.replace(a, b=lin(a.b), j=lin(a.j)) if isinstance(a, PadAtom) else lin(a)
+            for a in items
         )
+
+    if isinstance(elem, frozenset):
+        return atoms(elem)
+    if isinstance(elem, PadInput):
+        return PadInput(lin(elem.b), lin(elem.j))
+    if isinstance(elem, AnyOf):
+        return AnyOf(atoms(elem.atoms))
+    if isinstance(elem, Indicator):
+        pred = map_elem(elem.pred, mapping)
+        assert pred is None or isinstance(pred, (frozenset, AnyOf))
+        return Indicator(pred)
+    if isinstance(elem, MaskPlusPad):
+        allowed, pad = map_elem(elem.allowed, mapping), map_elem(elem.pad, mapping)
+        assert (allowed is None or isinstance(allowed, frozenset)) and isinstance(pad, PadInput)
+        return MaskPlusPad(allowed, pad)
     if isinstance(elem, Index):
         return Index(tuple(lin(x) for x in elem.items))
     if isinstance(elem, FloatMask):
@@ -352,7 +428,8 @@ _COORDINATES = {"x0": "b", "x1": "h", "x2": "i", "x3": "j"}
 
 def show_atom(atom: Atom) -> str:
     if isinstance(atom, PadAtom):
-        return f"attention_mask[{show_atom(atom.b)[:-5]}, {show_atom(atom.j)[:-5]}]"
+        where = f"attention_mask[{show_atom(atom.b)[:-5]}, {show_atom(atom.j)[:-5]}]"
+        return where if atom.held else f"{where} == 0"
     text = str(Lin(tuple((_COORDINATES.get(k, k), v) for k, v in atom.terms), atom.const))
     return f"{text} >= 0"
 
@@ -398,3 +475,8 @@ def has_past_input(model: ir.Model) -> bool:
         v.shape is not None and len(v.shape) == 4 and "past" in (v.name or "")
         for v in model.graph.inputs
     )
+
+
+def handler_name(op_type: str) -> str:
+    """The interpreter method that reads ``op_type``: ``CumSum`` -> ``op_cum_sum``."""
+    return "op_" + re.sub(r"(?<!^)(?=[A-Z][a-z])", "_", op_type).lower()

@@ -1,4 +1,4 @@
-"""RMS normalizations -> ORT's SimplifiedLayerNormalization / SkipSimplifiedLayerNormalization.
+"""Normalizations -> ORT's (Skip)SimplifiedLayerNormalization / SkipLayerNormalization.
 
 - :func:`rms_to_simplified`: ai.onnx ``RMSNormalization`` (opset 23, what torch emits for
   ``F.rms_norm`` at opset 23) over the last axis -> ``SimplifiedLayerNormalization`` (ORT's
@@ -9,17 +9,24 @@
 - :func:`fuse_skip_rms`: onnxscript's ``fuse_skip_rms_normalization``
   (``Add`` + ``SimplifiedLayerNormalization`` -> com.microsoft
   ``SkipSimplifiedLayerNormalization``).
+- :func:`fuse_skip_layer_norm`: onnxscript's ``fuse_skip_layer_normalization``
+  (``Add`` of a residual [and a bias] + last-axis ``LayerNormalization`` with float stash
+  -> com.microsoft ``SkipLayerNormalization``, whose fourth output is the sum the residual
+  path reads on).
 
 Each returns the number of nodes it created and changes the model in place.
 """
 
 from __future__ import annotations
 
-__all__ = ["fuse_rms", "fuse_skip_rms", "rms_to_simplified"]
+__all__ = ["fuse_rms", "fuse_skip_layer_norm", "fuse_skip_rms", "rms_to_simplified"]
 
 import onnx_ir as ir
 from onnxscript.rewriter.ort_fusions.rms_normalization import fuse_rms_normalization
-from onnxscript.rewriter.ort_fusions.skip_normalization import fuse_skip_rms_normalization
+from onnxscript.rewriter.ort_fusions.skip_normalization import (
+    fuse_skip_layer_normalization,
+    fuse_skip_rms_normalization,
+)
 
 
 def rms_to_simplified(model: ir.Model) -> int:
@@ -57,3 +64,8 @@ def fuse_rms(model: ir.Model) -> int:
 def fuse_skip_rms(model: ir.Model) -> int:
     """onnxscript's skip + RMS normalization fusion (to SkipSimplifiedLayerNormalization)."""
     return int(fuse_skip_rms_normalization(model))
+
+
+def fuse_skip_layer_norm(model: ir.Model) -> int:
+    """onnxscript's skip + layer normalization fusion (to SkipLayerNormalization)."""
+    return int(fuse_skip_layer_normalization(model))

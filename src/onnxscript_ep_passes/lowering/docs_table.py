@@ -12,6 +12,8 @@ from __future__ import annotations
 
 __all__ = ["REGENERATE_COMMAND", "render_adapter_doc", "render_adapter_table"]
 
+import onnx.defs
+
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.registry import DEFAULT_REGISTRY, AdapterEntry, AdapterRegistry
 
@@ -69,10 +71,11 @@ def _registry(registry: AdapterRegistry | None) -> AdapterRegistry:
 
 
 def render_adapter_table(
-    low: int = 18, high: int = 28, *, registry: AdapterRegistry | None = None
+    low: int = 18, high: int | None = None, *, registry: AdapterRegistry | None = None
 ) -> str:
-    """The Markdown table of every rule for steps ``low < v <= high`` (newest first)."""
-    registry = _registry(registry)
+    """The Markdown table of every rule for steps ``low < v <= high`` (newest first;
+    ``high``: the newest opset the installed onnx knows)."""
+    registry, high = _registry(registry), _newest(high)
     lines = ["| op | step | kind | what it does |", "| --- | --- | --- | --- |"]
     for entry in registry.entries(low, high):
         step = f"{entry.version} -> {entry.version - 1}"
@@ -80,6 +83,10 @@ def render_adapter_table(
             f"| {_cell(entry.op_type)} | {step} | {entry.kind} | {_cell(_describe(entry))} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _newest(high: int | None) -> int:
+    return onnx.defs.onnx_opset_version() if high is None else high
 
 
 def _missing(low: int, high: int, registry: AdapterRegistry) -> list[schemas.StepDiff]:
@@ -94,10 +101,10 @@ def _missing(low: int, high: int, registry: AdapterRegistry) -> list[schemas.Ste
 
 
 def render_adapter_doc(
-    low: int = 18, high: int = 28, *, registry: AdapterRegistry | None = None
+    low: int = 18, high: int | None = None, *, registry: AdapterRegistry | None = None
 ) -> str:
     """The whole of ``docs/adapters.md``: a short introduction, the table, the gaps."""
-    registry = _registry(registry)
+    registry, high = _registry(registry), _newest(high)
     parts = [
         "# Down-conversion adapters\n",
         "<!-- Generated from the adapter registry: do not edit by hand. "

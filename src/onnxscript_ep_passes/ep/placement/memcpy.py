@@ -10,6 +10,9 @@ Rules, per graph, per value and direction:
   (otherwise the feed is copied by the session); graph outputs never cost one (fetches are
   copied by the session).
 - Values a subgraph reads from its outer scope count as the subgraph's inputs.
+- An EP whose traits say its tensors live in host memory
+  (:attr:`~onnxscript_ep_passes.ep.traits.EpTraits.host_memory`) shares the CPU EP's
+  memory: nothing is copied, so no Memcpy is predicted anywhere.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from onnxscript_ep_passes.ep.traits import EpTraits
 def transfers(scope: FlatScope, traits: EpTraits) -> list[Transfer]:
     """The Memcpy nodes ORT inserts in one scope (module docstring)."""
     result: list[Transfer] = []
+    if traits.host_memory:
+        return result
     for val in scope.values:
         if val.kind == "initializer":
             continue

@@ -9,6 +9,8 @@ it; code asks :func:`resolve_ep` (what a user typed) or :func:`profile_for` (a t
 - :mod:`~onnxscript_ep_passes.ep.profiles.cuda` -- CUDA.
 - :mod:`~onnxscript_ep_passes.ep.profiles.dml` -- DirectML.
 - :mod:`~onnxscript_ep_passes.ep.profiles.webgpu` -- the WebGPU plugin EP, and the plugin.
+- :mod:`~onnxscript_ep_passes.ep.profiles.openvino` -- OpenVINO (host memory; a table
+  transcribed from ORT's docs).
 - :mod:`~onnxscript_ep_passes.ep.profiles.generic` -- EPs known by name only.
 
 Adding an EP: one module here (its profile, registered), its import below, a kernel-table
@@ -28,12 +30,14 @@ from onnxscript_ep_passes.ep.profiles.cpu import CPU
 from onnxscript_ep_passes.ep.profiles.cuda import CUDA
 from onnxscript_ep_passes.ep.profiles.dml import DML
 from onnxscript_ep_passes.ep.profiles.generic import OTHER_EPS
+from onnxscript_ep_passes.ep.profiles.openvino import OPENVINO
 from onnxscript_ep_passes.ep.profiles.webgpu import WEBGPU
 
 __all__ = [
     "CPU",
     "CUDA",
     "DML",
+    "OPENVINO",
     "OTHER_EPS",
     "WEBGPU",
     "CostRates",

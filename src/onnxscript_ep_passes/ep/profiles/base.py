@@ -39,7 +39,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from onnxscript_ep_passes.ep.kernel_listing import list_builtin_kernels
+from onnxscript_ep_passes.ep.kernel_listing import LiveTableUnavailableError, list_builtin_kernels
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.traits import EpTraits
 
@@ -120,6 +120,9 @@ class EpProfile:
             why, never raising (default: select it in new session options).
         is_host: the CPU EP itself: nothing to place, nothing to lower for.
         generic: a profile made for an EP this package has no data on (rule 3).
+        breaks_builtin_listing: where ORT has this provider, ``get_all_opkernel_def()``
+            kills the process (a segmentation fault, no exception to catch), so no
+            provider's kernels are listed that way in that ORT (:meth:`live_table`).
     """
 
     ort_name: str
@@ -134,6 +137,7 @@ class EpProfile:
     )
     is_host: bool = False
     generic: bool = False
+    breaks_builtin_listing: bool = False
 
     @property
     def short_name(self) -> str:
@@ -158,10 +162,35 @@ class EpProfile:
         return True, ""
 
     def live_table(self) -> KernelTable:
-        """This EP's kernels listed from the installed ORT (not cached here)."""
+        """This EP's kernels listed from the installed ORT (not cached here).
+
+        Raises:
+            LiveTableUnavailableError: they cannot be listed here, or the installed ORT
+                has a provider whose profile says listing would crash the process.
+        """
         if self.list_kernels is not None:
             return self.list_kernels()
+        blocker = _listing_blocker()
+        if blocker is not None:
+            raise LiveTableUnavailableError(
+                f"not listing {self.ort_name}: get_all_opkernel_def() crashes an "
+                f"onnxruntime that has {blocker.ort_name}"
+            )
         return list_builtin_kernels(self.ort_name)
+
+
+def _listing_blocker() -> EpProfile | None:
+    """A registered profile that breaks ``get_all_opkernel_def()`` and that the installed
+    ORT has, if any."""
+    breaking = [p for p in _BY_NAME.values() if p.breaks_builtin_listing]
+    if not breaking:
+        return None
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    available = set(ort.get_available_providers())
+    return next((p for p in breaking if p.ort_name in available), None)
 
 
 _BY_NAME: dict[str, EpProfile] = {}

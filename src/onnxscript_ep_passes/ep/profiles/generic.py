@@ -16,7 +16,6 @@ from onnxscript_ep_passes.ep.profiles.base import EpProfile, generic_profile, re
 
 _KNOWN_BY_NAME = (  # ORT's name, its alias, its display name
     ("TensorrtExecutionProvider", "tensorrt", "TensorRT"),
-    ("OpenVINOExecutionProvider", "openvino", "OpenVINO"),
     ("QNNExecutionProvider", "qnn", "QNN"),
     ("CoreMLExecutionProvider", "coreml", "CoreML"),
     ("ROCMExecutionProvider", "rocm", "ROCm"),
@@ -27,4 +26,4 @@ OTHER_EPS: tuple[EpProfile, ...] = tuple(
     register(dataclasses.replace(generic_profile(name), aliases=(alias,), display_name=shown))
     for name, alias, shown in _KNOWN_BY_NAME
 )
-"""TensorRT, OpenVINO, QNN, CoreML, ROCm and MIGraphX: names known, no data."""
+"""TensorRT, QNN, CoreML, ROCm and MIGraphX: names known, no data."""
