@@ -66,10 +66,9 @@ def _bench_model(name: str, opset: int, dims: str | None, runs: int, rounds: int
     start = time.perf_counter()
     choice, models = candidate_models(model, table, dims=dims)
     choose_s = time.perf_counter() - start
-    keys = [
-        (cand_opset, legalized, cost)
-        for legalized, costs in ((False, choice.costs), (True, choice.legalized_costs))
-        for cand_opset, cost in sorted(costs.items(), reverse=True)
+    keys = [  # plain candidates first, each kind from the highest opset
+        (c.opset, c.legalized, c.cost)
+        for c in sorted(choice.candidates.values(), key=lambda c: (c.legalized, -c.opset))
     ]
     # Rounds interleave the candidates (a burst of load hits all of them alike); each
     # candidate's latency is the lowest of its per-round medians.

@@ -116,9 +116,11 @@ def _child(path: str, ep: str, ort_version: str | None) -> dict[str, Any]:
         "plain_lowering_s": plain,
         "summary": choice.summary(),
         "candidates": {
-            str(o): len(p.nodes) for o, p in sorted(choice.predictions.items(), reverse=True)
+            str(o): len(c.prediction.nodes)
+            for (o, legalized), c in sorted(choice.candidates.items(), reverse=True)
+            if not legalized
         },
-        "legalized": sorted(choice.legalized_predictions, reverse=True),
+        "legalized": sorted((o for o, legalized in choice.candidates if legalized), reverse=True),
     }
 
 

@@ -1,5 +1,6 @@
-"""The candidates of the EP search: a legalized candidate's model rebuilt on demand, and
-each candidate equal to its evaluation from scratch."""
+"""The candidates of the EP search: the chosen legalized candidate's model the one the
+search built, a legalized model not kept rebuilt on demand, and each candidate equal to
+its evaluation from scratch."""
 
 from __future__ import annotations
 
@@ -19,7 +20,11 @@ from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.lowering.lower_opset import run_lowering
 from onnxscript_ep_passes.passes.candidates import SearchSettings
 from onnxscript_ep_passes.passes.legalize import legalize
-from onnxscript_ep_passes.passes.lower_for_ep import _search
+from onnxscript_ep_passes.passes.lower_for_ep import (
+    EpLoweringResult,
+    LowerOpsetForEpPass,
+    _search,
+)
 from tests.harness import make_model, run_model
 from tests.torch_models import LLM_DIMS, llm_export
 
@@ -68,6 +73,44 @@ def test_a_legalized_model_not_kept_is_rebuilt_the_same() -> None:
         assert how == "onnxruntime"
         np.testing.assert_allclose(actual[0], expected[0], rtol=1e-6, atol=1e-6)
     assert _ops(model) == {"Gelu": 1, "Neg": 1}  # the model searched is untouched
+
+
+def test_the_chosen_legalized_model_is_the_one_the_search_built() -> None:
+    # The search keeps the best legalized candidate's model as it goes (dropping the ones
+    # it beats) and returns it: its prediction and price are the chosen candidate's.
+    original = make_model(
+        [
+            oh.make_node("Gelu", ["x"], ["g"], name="gelu", approximate="tanh"),
+            oh.make_node("Neg", ["g"], ["y"], name="neg"),
+        ],
+        [oh.make_tensor_value_info("x", FLOAT, [2, 5])],
+        [oh.make_tensor_value_info("y", FLOAT, [2, 5])],
+        24,
+    )
+    table = KernelTable.from_rows("TestEP", "0.0", "test", [("", op, 1, 40, None) for op in _OPS])
+    model = ir.from_proto(original)
+    choice, kept, search = _search(model, table, None, 20, True, SearchSettings())
+    assert choice.legalized and kept is not None
+    chosen = choice.candidates[(choice.chosen_opset, True)]
+    assert kept is search.legalized[choice.chosen_opset].model  # not rebuilt
+    assert [c.opset for c in search.legalized.values() if c.model is not None] == [chosen.opset]
+    assert kept.opset_imports[""] == chosen.opset
+    again = predict_placement(kept, table)
+    assert _records(again) == _records(chosen.prediction)
+    assert _transfers(again) == _transfers(chosen.prediction)
+    assert placement_cost(again, kept, DimSizes()) == chosen.cost == choice.after_cost
+    proto = ir.to_proto(kept)
+    onnx.checker.check_model(proto, full_check=True)
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)}
+    expected, _ = run_model(original, feeds)
+    actual, how = run_model(proto, feeds)
+    assert how == "onnxruntime"
+    np.testing.assert_allclose(actual[0], expected[0], rtol=1e-6, atol=1e-6)
+    assert _ops(model) == {"Gelu": 1, "Neg": 1}  # the model searched is untouched
+    result = LowerOpsetForEpPass("TestExecutionProvider", table=table)(ir.from_proto(original))
+    assert isinstance(result, EpLoweringResult) and result.choice is not None
+    after = result.choice.after
+    assert _records(predict_placement(result.model, table)) == _records(after)
 
 
 def _records(prediction: PlacementPrediction) -> list[tuple[object, ...]]:

@@ -15,6 +15,8 @@ from onnxscript_ep_passes.passes.legalize import (
     legalize,
 )
 from onnxscript_ep_passes.passes.lower_for_ep import (
+    CandidateEntry,
+    CandidateKey,
     EpLoweringChoice,
     EpLoweringResult,
     LowerOpsetForEpPass,
@@ -24,6 +26,8 @@ from onnxscript_ep_passes.passes.options import SearchOptions
 from onnxscript_ep_passes.passes.static_shapes import fold_static_shapes
 
 __all__ = [
+    "CandidateEntry",
+    "CandidateKey",
     "EpLoweringChoice",
     "EpLoweringResult",
     "LegalizationDecision",

@@ -5,10 +5,13 @@
 - :class:`Candidate`: one way to run the model (an opset, plain or legalized), its
   prediction, its rank under the one objective (:mod:`~onnxscript_ep_passes.ep.cost`),
   its relation to the model, and (when kept) its model.
+- :class:`CandidateEntry`: what the choice reports of a candidate (no model), keyed by
+  ``(opset, legalized)`` (:data:`CandidateKey`).
 - :class:`CandidateSearch`: the candidates of one model on one kernel table, priced as
   they are added: plain ones on the working copy, legalized ones on the working copy
   legalized in place and then put back (:mod:`~onnxscript_ep_passes.core.checkpoint`), so
-  the search holds one copy of the model whatever the number of candidates.
+  the search holds one copy of the model whatever the number of candidates, plus the
+  model of the best legalized candidate so far (kept, not rebuilt, when it is chosen).
 - :func:`measure_candidates`: with ``measure``, the candidates worth running (the best
   few by estimate, one per distinct estimate, plus the source, the best plain and the
   best legalized) run in real sessions (:mod:`~onnxscript_ep_passes.ep.measure`); the
@@ -20,6 +23,8 @@ from __future__ import annotations
 __all__ = [
     "MEASURE_TOP",
     "Candidate",
+    "CandidateEntry",
+    "CandidateKey",
     "CandidateSearch",
     "SearchSettings",
     "WorkState",
@@ -29,6 +34,7 @@ __all__ = [
 
 import dataclasses
 import logging
+from collections.abc import Callable
 
 import onnx_ir as ir
 
@@ -36,7 +42,14 @@ from onnxscript_ep_passes.core.checkpoint import EditLog
 from onnxscript_ep_passes.core.collector import collect_young
 from onnxscript_ep_passes.core.copies import Correspondence, copy_with_origins
 from onnxscript_ep_passes.core.onnx_utils import walk
-from onnxscript_ep_passes.ep.cost import CandidateRank, candidate_rank, placement_cost, undominated
+from onnxscript_ep_passes.ep.cost import (
+    CandidateRank,
+    PlacementCost,
+    best_candidate,
+    candidate_rank,
+    placement_cost,
+    undominated,
+)
 from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.measure import CandidateMeasurement, measure_candidate, pick_fastest
@@ -51,6 +64,46 @@ MEASURE_TOP = 3
 """With ``measure``: how many candidates, best estimate first, are measured."""
 
 
+CandidateKey = tuple[int, bool]
+"""A candidate's key in :attr:`~.lower_for_ep.EpLoweringChoice.candidates`: its opset, and
+whether it is the legalized variant."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CandidateEntry:
+    """What the search found about one candidate (an opset, plain or legalized).
+
+    It holds no model: an entry may be priced without one being built.
+
+    Attributes:
+        opset, legalized: The candidate (its key is ``(opset, legalized)``).
+        prediction: ORT's placement predicted for it.
+        cost: Its estimated cost (:func:`~onnxscript_ep_passes.ep.cost.placement_cost`).
+        replaced: The model's nodes it replaces: rewritten or expanded by the lowering's
+            adapters, or expanded by legalization.
+        expanded: The nodes legalization expanded (nodes of that candidate's copy of the
+            model; empty for a plain candidate).
+        measurement: With ``measure``, the real session's figures (None when the
+            candidate was not measured).
+    """
+
+    opset: int
+    legalized: bool
+    prediction: PlacementPrediction
+    cost: PlacementCost
+    replaced: int = 0
+    expanded: tuple[ir.Node, ...] = ()
+    measurement: CandidateMeasurement | None = None
+
+    @property
+    def key(self) -> CandidateKey:
+        return (self.opset, self.legalized)
+
+    def __repr__(self) -> str:  # the dataclass repr would print every node (megabytes)
+        kind = " legalized" if self.legalized else ""
+        return f"<CandidateEntry opset {self.opset}{kind}: {self.cost}>"
+
+
 @dataclasses.dataclass
 class Candidate:
     """One way to run the model: an opset, plain or legalized."""
@@ -61,7 +114,9 @@ class Candidate:
     rank: CandidateRank
     origin: Correspondence | None  # the candidate's copy -> the model; None: the model itself
     legalization: LegalizationResult | None = None
-    model: ir.Model | None = None  # kept with keep_models (to measure); else rebuilt
+    # Kept with keep_models (to measure), or while it is the best so far (the model the
+    # pass keeps); else dropped, so the search holds at most two candidates' models.
+    model: ir.Model | None = None
     # The model's nodes the candidate replaces (lowering's adapters) / expands (legalization).
     replaced_nodes: frozenset[ir.Node] = frozenset()
     expanded_nodes: frozenset[ir.Node] = frozenset()
@@ -71,18 +126,68 @@ class Candidate:
         the copy stands for itself."""
         return node if self.origin is None else self.origin.nodes.get(node, node)
 
+    @property
+    def key(self) -> CandidateKey:
+        return (self.opset, self.legalized)
+
+    def entry(self, measurement: CandidateMeasurement | None = None) -> CandidateEntry:
+        """What the choice reports about this candidate."""
+        legalization = self.legalization
+        expanded = tuple(legalization.expanded) if legalization is not None else ()
+        return CandidateEntry(
+            self.opset,
+            self.legalized,
+            self.prediction,
+            self.rank.cost,
+            self.rank.replaced,
+            expanded,
+            measurement,
+        )
+
 
 class CandidateSearch:
     """The candidates of one model on one kernel table (module docstring, rules 2-6)."""
 
-    def __init__(self, table: KernelTable, sizes: DimSizes, keep_models: bool) -> None:
+    def __init__(
+        self,
+        table: KernelTable,
+        sizes: DimSizes,
+        keep_models: bool,
+        wanted: int | None = None,
+    ) -> None:
         self.table = table
         self.sizes = sizes
         self.keep_models = keep_models  # keep every candidate's model (to measure them)
+        self.wanted = wanted  # the only opset that may be chosen (None: any)
         self.plain: dict[int, Candidate] = {}
         self.legalized: dict[int, Candidate] = {}  # those where legalization changed something
         self.legalizations: dict[int, Candidate] = {}  # every legalization tried
         self.blocked: DowngradeError | None = None
+        self.best: Candidate | None = None  # the best so far of those that may be chosen
+
+    def pool(self) -> list[Candidate]:
+        """The candidates that may be chosen."""
+        pool = [*self.plain.values(), *self.legalized.values()]
+        return [c for c in pool if self.wanted is None or c.opset == self.wanted]
+
+    def chosen(self) -> Candidate:
+        """The best of :meth:`pool` by estimate (rules 3 and 6)."""
+        pool = self.pool()
+        best = best_candidate([c.rank for c in pool])
+        return next(c for c in pool if c.rank is best)
+
+    def _offer(self, candidate: Candidate, build: Callable[[], ir.Model]) -> None:
+        """Keep ``candidate``'s model (made by ``build``) while it is the best so far;
+        drop the model of the one it beats (unless every model is kept)."""
+        if self.wanted is not None and candidate.opset != self.wanted:
+            return
+        if self.chosen() is not candidate:
+            return
+        if candidate.model is None and candidate.legalized:
+            candidate.model = build()  # a plain one is lowered from the model itself
+        previous, self.best = self.best, candidate
+        if previous is not None and not self.keep_models:
+            previous.model = None
 
     def add_plain(
         self,
@@ -99,6 +204,7 @@ class CandidateSearch:
         if self.keep_models:
             candidate.model = copy_with_origins(model)[0]
         self.plain[opset] = candidate
+        self._offer(candidate, lambda: model)
         return candidate
 
     def add_legalized(
@@ -123,39 +229,45 @@ class CandidateSearch:
                 dims=self.sizes,
                 log=log,
             )
-            kept = copy_with_origins(work)[0] if self.keep_models and result.modified else None
+            origin = plain.origin
+            expanded = frozenset(
+                n if origin is None else origin.nodes[n]
+                for n in result.expanded
+                if origin is None or n in origin.nodes
+            )
+            rank = candidate_rank(
+                result.after_cost,
+                opset=plain.opset,
+                replaced=replaced + len(expanded),
+                legalized=True,
+            )
+            candidate = Candidate(plain.opset, True, result.after, rank, origin, result)
+            candidate.replaced_nodes = plain.replaced_nodes
+            candidate.expanded_nodes = expanded
+            self.legalizations[plain.opset] = candidate
+            if result.modified:
+                self.legalized[plain.opset] = candidate
+                if self.keep_models:
+                    candidate.model = copy_with_origins(work)[0]
+                # The best so far: its model is the legalized copy, before it is put back.
+                self._offer(candidate, lambda: copy_with_origins(work)[0])
         finally:  # the caller's model (the source candidate) is left as it was, even on error
             log.restore()
             collect_young()  # what the trials built and predicted
-        origin = plain.origin
-        expanded = frozenset(
-            n if origin is None else origin.nodes[n]
-            for n in result.expanded
-            if origin is None or n in origin.nodes
-        )
-        replaced += len(expanded)
-        rank = candidate_rank(
-            result.after_cost, opset=plain.opset, replaced=replaced, legalized=True
-        )
-        candidate = Candidate(plain.opset, True, result.after, rank, origin, result)
-        candidate.replaced_nodes = plain.replaced_nodes
-        candidate.expanded_nodes = expanded
-        self.legalizations[plain.opset] = candidate
-        if result.modified:
-            self.legalized[plain.opset] = candidate
-            candidate.model = kept
 
     def model_of(self, model: ir.Model, chosen: Candidate) -> ir.Model:
         """The model of the legalized candidate ``chosen`` (of the search over ``model``).
 
-        The search legalizes its working copy in place and puts it back
-        (:meth:`add_legalized`), so no legalized model is kept unless ``keep_models``.
-        This redoes, on a copy of ``model``, what the search did for ``chosen.opset``: the
-        same one-opset lowering steps, then legalization.
+        The search keeps the model of the best candidate so far (:meth:`_offer`), which is
+        the chosen one unless dominance brought back one an undominated later candidate had
+        beaten (then dominated in turn). For that one only, this redoes on a copy of
+        ``model`` what the search did for ``chosen.opset``: the same one-opset lowering
+        steps, then legalization.
         """
         assert chosen.legalized
         if chosen.model is not None:
             return chosen.model
+        logger.debug("rebuilding the legalized candidate at opset %d", chosen.opset)
         work, _ = copy_with_origins(model)
         source = default_opset(work.opset_imports)
         assert source is not None
@@ -163,15 +275,7 @@ class CandidateSearch:
         for opset in range(source - 1, chosen.opset - 1, -1):
             built.update(run_lowering(work, opset).built)
         ordered = [n for n in walk(work.graph)[0] if n in built]
-        result = legalize(work, self.table, built=ordered, dims=self.sizes)
-        again = placement_cost(result.after, work, self.sizes)
-        if again.cost != chosen.rank.cost.cost:
-            logger.warning(
-                "rebuilding the legalized candidate at opset %d predicted %s, not %s",
-                chosen.opset,
-                again,
-                chosen.rank.cost,
-            )
+        legalize(work, self.table, built=ordered, dims=self.sizes)
         chosen.model = work
         return work
 

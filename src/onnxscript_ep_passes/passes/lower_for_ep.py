@@ -39,9 +39,13 @@ Rules the pass follows:
    so a native kernel at a reachable opset beats an expansion), then the higher opset,
    then plain before legalized. Among plain candidates this picks what
    rule 3 picks (lowering further never replaces fewer nodes), and a node the EP runs is
-   never expanded. A chosen legalized candidate is rebuilt from the model (the same
-   lowering steps, then legalization) and is the model the pass keeps (its graph is moved
-   into the model object). Each node that falls back at the source opset or at the
+   never expanded. The search keeps a copy of the legalized candidate that is the best
+   so far (made before the working copy is put back) and drops the one it beat, so it
+   holds at most two candidates' models besides the working copy; the chosen legalized
+   candidate's model is that copy, the model the pass keeps (its graph is moved into the
+   model object), not rebuilt or priced again. (Only when dominance brings back a
+   candidate a later one had beaten is its model rebuilt: the same lowering steps, then
+   legalization.) A chosen plain candidate is the model lowered in place. Each node that falls back at the source opset or at the
    chosen one gets a :class:`~onnxscript_ep_passes.passes.legalize.LegalizationDecision`
    (``lower``, ``expand`` or ``cpu``, with the reason; :mod:`.choice_decisions`) in
    :attr:`EpLoweringChoice.decisions`, logged at DEBUG (rule 5 counts them at INFO).
@@ -50,7 +54,8 @@ Rules the pass follows:
    :class:`EpLoweringResult` holding the choice.
 8. **Measuring** (``measure=True``, :mod:`.candidates`): the best few candidates by
    estimate, the source, the best plain and the best legalized one run in real ORT
-   sessions on the EP; the fastest wins (:attr:`EpLoweringChoice.measured`). An EP
+   sessions on the EP; the fastest wins (each one's
+   :attr:`~onnxscript_ep_passes.passes.candidates.CandidateEntry.measurement`). An EP
    without a kernel table has every reachable opset measured.
 """
 
@@ -58,6 +63,8 @@ from __future__ import annotations
 
 __all__ = [
     "MEASURE_TOP",
+    "CandidateEntry",
+    "CandidateKey",
     "EpLoweringChoice",
     "EpLoweringResult",
     "LowerOpsetForEpPass",
@@ -79,10 +86,6 @@ from onnxscript_ep_passes.core.collector import freeze_young, frozen_heap, pause
 from onnxscript_ep_passes.core.copies import adopt, copy_with_origins
 from onnxscript_ep_passes.core.display import shown
 from onnxscript_ep_passes.core.progress import track
-from onnxscript_ep_passes.ep.cost import (
-    PlacementCost,
-    best_candidate,
-)
 from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable, TableKind
 from onnxscript_ep_passes.ep.measure import CandidateMeasurement
@@ -98,15 +101,16 @@ from onnxscript_ep_passes.lowering.lower_opset import (
 from onnxscript_ep_passes.lowering.opset_imports import require_default_opset
 from onnxscript_ep_passes.passes.candidates import (
     MEASURE_TOP,
+    CandidateEntry,
+    CandidateKey,
     CandidateSearch,
     SearchSettings,
     WorkState,
     measure_candidates,
 )
+from onnxscript_ep_passes.passes.choice import EpLoweringChoice
 from onnxscript_ep_passes.passes.choice_decisions import choice_decisions
-from onnxscript_ep_passes.passes.legalize import LegalizationDecision
 from onnxscript_ep_passes.passes.options import SearchOptions, lowest_opset_of, search_options
-from onnxscript_ep_passes.reports.verdict import Figures, verdict
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -117,113 +121,11 @@ logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
-class EpLoweringChoice:
-    """What :func:`choose_target_opset` found.
+class _Asked:
+    """What the caller named, for the choice to say (not what the search weighs)."""
 
-    Attributes:
-        ep, ort_version, table_source: The kernel table used.
-        source_opset: The model's opset.
-        chosen_opset: The opset picked (``source_opset`` when lowering does not help).
-        predictions: The prediction for each candidate opset that was reached (plain
-            lowering, no legalization).
-        blocked: Why the next lower opset is out of reach (None when 18 was reached).
-        legalized: Whether the chosen candidate is the legalized one.
-        legalized_predictions: The prediction of the legalized variant of each candidate
-            opset where legalization changed the model.
-        decisions: What was done about each node that falls back at the source opset or,
-            without legalization, at the chosen one.
-        plan: The nodes each legalized candidate expanded (nodes of that candidate's copy
-            of the model), per opset.
-        costs, legalized_costs: The estimated cost of each plain / legalized candidate.
-        dims: The sizes the estimate gave the symbolic dimensions.
-        measured: With ``measure``, the real session's figures per ``(opset, legalized)``
-            candidate measured.
-        ort_version_assumed: The table is a shipped snapshot of another release than the
-            caller named, or the caller named none: ``ort_version`` is assumed
-            (:func:`~onnxscript_ep_passes.ep.target.release_assumed`).
-        ort_version_requested: The release the caller named (None when none was).
-        lowest_opset: The lowest opset the search was allowed to weigh (18, or the
-            caller's bound).
-        replaced: Per ``(opset, legalized)`` candidate, the model's nodes it replaces:
-            rewritten or expanded by the lowering's adapters, or expanded by legalization.
-        replaced_nodes, expanded_nodes: The model's nodes the chosen candidate replaces by
-            the lowering's adapters, and those legalization expands for the EP.
-    """
-
-    ep: str
-    ort_version: str
-    table_source: str
-    source_opset: int
-    chosen_opset: int
-    predictions: dict[int, PlacementPrediction]
-    blocked: DowngradeError | None
-    legalized: bool = False
-    legalized_predictions: dict[int, PlacementPrediction] = dataclasses.field(default_factory=dict)
-    decisions: tuple[LegalizationDecision, ...] = ()
-    plan: dict[int, tuple[ir.Node, ...]] = dataclasses.field(default_factory=dict)
-    costs: dict[int, PlacementCost] = dataclasses.field(default_factory=dict)
-    legalized_costs: dict[int, PlacementCost] = dataclasses.field(default_factory=dict)
-    dims: DimSizes = dataclasses.field(default_factory=DimSizes)
-    measured: dict[tuple[int, bool], CandidateMeasurement] = dataclasses.field(default_factory=dict)
     ort_version_assumed: bool = False
-    lowest_opset: int = MIN_TARGET_OPSET
     ort_version_requested: str | None = None
-    replaced: dict[tuple[int, bool], int] = dataclasses.field(default_factory=dict)
-    replaced_nodes: frozenset[ir.Node] = frozenset()
-    expanded_nodes: frozenset[ir.Node] = frozenset()
-
-    @property
-    def before(self) -> PlacementPrediction:
-        return self.predictions[self.source_opset]
-
-    @property
-    def after(self) -> PlacementPrediction:
-        if self.legalized:
-            return self.legalized_predictions[self.chosen_opset]
-        return self.predictions[self.chosen_opset]
-
-    @property
-    def after_cost(self) -> PlacementCost:
-        """The estimated cost of the chosen candidate."""
-        if self.legalized:
-            return self.legalized_costs[self.chosen_opset]
-        return self.costs[self.chosen_opset]
-
-    @property
-    def expanded(self) -> tuple[ir.Node, ...]:
-        """The nodes the chosen candidate expands (empty unless ``legalized``)."""
-        return self.plan.get(self.chosen_opset, ()) if self.legalized else ()
-
-    @property
-    def changes_model(self) -> bool:
-        """Whether applying the choice changes the model (a lower opset or expansions)."""
-        return self.chosen_opset < self.source_opset or self.legalized
-
-    def summary(self, model: str | None = None) -> str:
-        """The verdict line, e.g. ``opset 24 -> 21 on WebGPU (ORT 1.32, live table):
-        Memcpy 23 -> 3 (582.3 kB -> 17.0 kB per run), CPU compute 18.1 MFLOP -> 18.4 kFLOP;
-        fall back 7 -> 1, shape math on CPU 26 -> 42`` (:mod:`~onnxscript_ep_passes.reports.verdict`);
-        ``model`` prefixes it with the model's name."""
-        return verdict(
-            ep=self.ep,
-            ort_version=self.ort_version,
-            table_source=self.table_source,
-            source_opset=self.source_opset,
-            chosen_opset=self.chosen_opset,
-            before=Figures.of(self.before, self.costs[self.source_opset]),
-            after=Figures.of(self.after, self.after_cost),
-            expanded=len(self.expanded),
-            assumed=self.ort_version_assumed,
-            model=model,
-        )
-
-    def __repr__(self) -> str:
-        # The dataclass repr would print every node of every prediction (megabytes).
-        legalized = sorted(self.legalized_predictions)
-        return (
-            f"<EpLoweringChoice {self.summary()}; candidates {sorted(self.predictions)}"
-            f"{f', legalized {legalized}' if legalized else ''}, {len(self.decisions)} decisions>"
-        )
 
 
 @paused_collector()  # each candidate collects what it left (:mod:`~onnxscript_ep_passes.core.collector`)
@@ -235,9 +137,11 @@ def _search(
     floor: int,
     legalize: bool,
     settings: SearchSettings,
+    asked: _Asked = _Asked(),
 ) -> tuple[EpLoweringChoice, ir.Model | None, CandidateSearch]:
-    """The choice, the chosen legalized candidate's model (None when plain is chosen), and
-    the search (its candidates). Automatic garbage collection is paused meanwhile."""
+    """The choice, the chosen legalized candidate's model (the one the search built; None
+    when plain is chosen), and the search (its candidates). Automatic garbage collection
+    is paused meanwhile."""
     source = require_default_opset(model)
     measure_top, distinct = settings.measure_top, True
     if table.kind is TableKind.NONE:  # no kernel table: measure every reachable opset
@@ -246,7 +150,7 @@ def _search(
         legalize, measure_top, distinct = False, 100, False
     wanted = None if target_opset is None else min(target_opset, source)
     keep = settings.keep_models or settings.measure
-    search = CandidateSearch(table, settings.sizes, keep)
+    search = CandidateSearch(table, settings.sizes, keep, wanted)
     source_plain = search.add_plain(source, predict_placement(model, table), None, 0, model)
     if legalize:
         search.add_legalized(model, source_plain, set(), 0)
@@ -272,46 +176,34 @@ def _search(
                 break  # no lower opset can do better: ties go to the higher opset
             if legalize:
                 search.add_legalized(work, plain, state.built, len(state.replaced))
-    pool = [*search.plain.values(), *search.legalized.values()]
-    if wanted is not None:
-        pool = [c for c in pool if c.opset == wanted]
-    best = best_candidate([c.rank for c in pool])
-    chosen = next(c for c in pool if c.rank is best)
-    measured: dict[tuple[int, bool], CandidateMeasurement] = {}
+    pool = search.pool()
+    chosen = search.chosen()
+    measured: dict[CandidateKey, CandidateMeasurement] = {}
     if settings.measure:
         chosen = measure_candidates(pool, source, table, settings, measure_top, distinct, measured)
     decisions = choice_decisions(
         search.plain[source], chosen, search.legalizations.get(chosen.opset)
     )
+    everyone = [*search.plain.values(), *search.legalized.values()]
     choice = EpLoweringChoice(
         ep=table.ep,
         ort_version=table.ort_version,
         table_source=table.source,
         source_opset=source,
         chosen_opset=chosen.opset,
-        predictions={o: c.prediction for o, c in search.plain.items()},
+        candidates={c.key: c.entry(measured.get(c.key)) for c in everyone},
         blocked=search.blocked,
         legalized=chosen.legalized,
-        legalized_predictions={o: c.prediction for o, c in search.legalized.items()},
         decisions=decisions,
-        plan={
-            o: tuple(c.legalization.expanded)
-            for o, c in search.legalized.items()
-            if c.legalization is not None
-        },
-        costs={o: c.rank.cost for o, c in search.plain.items()},
-        legalized_costs={o: c.rank.cost for o, c in search.legalized.items()},
         dims=settings.sizes,
-        measured=measured,
+        ort_version_assumed=asked.ort_version_assumed,
         lowest_opset=floor,
-        replaced={
-            (c.opset, c.legalized): c.rank.replaced
-            for c in [*search.plain.values(), *search.legalized.values()]
-        },
+        ort_version_requested=asked.ort_version_requested,
         replaced_nodes=chosen.replaced_nodes,
         expanded_nodes=chosen.expanded_nodes,
     )
-    return choice, search.model_of(model, chosen) if chosen.legalized else None, search
+    kept = search.model_of(model, chosen) if chosen.legalized else None
+    return choice, kept, search
 
 
 def choose_target_opset(
@@ -325,6 +217,8 @@ def choose_target_opset(
     measure: bool = False,
     measure_top: int = MEASURE_TOP,
     measure_runs: int = 10,
+    ort_version_requested: str | None = None,
+    ort_version_assumed: bool = False,
 ) -> EpLoweringChoice:
     """Predict placement at each reachable opset and pick the best (see module docstring).
 
@@ -332,10 +226,13 @@ def choose_target_opset(
     evaluated (and :class:`DowngradeError` propagates when it cannot be reached); with
     ``lowest_opset`` (:func:`lowest_opset_of`), no opset below it is weighed. With
     ``legalize``, each candidate opset also gets a legalized variant (rule 6); ``dims``
-    sizes symbolic dimensions (:class:`DimSizes`); ``measure``: rule 8."""
+    sizes symbolic dimensions (:class:`DimSizes`); ``measure``: rule 8.
+    ``ort_version_requested`` (the release the caller named) and ``ort_version_assumed``
+    are what the choice says about the table's release (:class:`EpLoweringChoice`)."""
     settings = SearchSettings(DimSizes.of(dims), measure, measure_top, measure_runs)
     floor = lowest_opset_of(lowest_opset, target_opset)
-    return _search(model, table, target_opset, floor, legalize, settings)[0]
+    asked = _Asked(ort_version_assumed, ort_version_requested)
+    return _search(model, table, target_opset, floor, legalize, settings, asked)[0]
 
 
 def choose_for_target(
@@ -352,11 +249,7 @@ def choose_for_target(
         options.lowest_opset,
         options.legalize,
         settings,
-    )
-    choice = dataclasses.replace(
-        choice,
-        ort_version_assumed=target.ort_version_assumed,
-        ort_version_requested=target.ort_version_requested,
+        _Asked(target.ort_version_assumed, target.ort_version_requested),
     )
     return choice, legalized_model
 

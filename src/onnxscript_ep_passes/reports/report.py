@@ -180,22 +180,22 @@ def _input_dims(model: ir.Model, sizes: DimSizes) -> dict[str, int]:
 
 def _candidate_rows(choice: EpLoweringChoice) -> list[dict[str, Any]]:
     rows = []
-    for opset in sorted(set(choice.predictions) | set(choice.legalized_predictions), reverse=True):
-        for legalized, costs in ((False, choice.costs), (True, choice.legalized_costs)):
-            if opset not in costs:
+    for opset in sorted({o for o, _ in choice.candidates}, reverse=True):
+        for legalized in (False, True):
+            candidate = choice.candidates.get((opset, legalized))
+            if candidate is None:
                 continue
-            estimate = costs[opset]
-            measured = choice.measured.get((opset, legalized))
-            expanded = len(choice.plan.get(opset, ())) if legalized else 0
-            predictions = choice.legalized_predictions if legalized else choice.predictions
-            figures = Figures.of(predictions[opset], estimate)
+            estimate = candidate.cost
+            measured = candidate.measurement
+            expanded = len(candidate.expanded)
+            figures = Figures.of(candidate.prediction, estimate)
             rows.append(
                 {
                     "opset": opset,
                     "legalized": legalized,
                     "changes": {
                         "relabelled": opset < choice.source_opset,
-                        "nodes_replaced": choice.replaced.get((opset, legalized), 0),
+                        "nodes_replaced": candidate.replaced,
                         "expanded_for_ep": expanded,
                     },
                     "predicted": {
@@ -226,7 +226,9 @@ def choice_report(
         "ort_version_requested": choice.ort_version_requested,
         "table_source": choice.table_source,
         "objective": {
-            "kind": "measured" if choice.measured else "estimate",
+            "kind": "measured"
+            if any(c.measurement for c in choice.candidates.values())
+            else "estimate",
             "dims": _input_dims(model, choice.dims),
             "rates": cost.rates(choice.ep),
         },
@@ -235,9 +237,7 @@ def choice_report(
         "blocked": None if choice.blocked is None else str(choice.blocked),
         "lowest_opset": choice.lowest_opset,
         "decisions": [d.to_dict() for d in choice.decisions],
-        "before": _side(
-            choice.source_opset, choice.before, choice.costs[choice.source_opset], choice
-        ),
+        "before": _side(choice.source_opset, choice.before, choice.source.cost, choice),
         "after": _side(choice.chosen_opset, choice.after, choice.after_cost),
         "runs": None,
     }
