@@ -52,7 +52,7 @@ from onnxscript_ep_passes.ep.cost import PlacementCost, placement_cost
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
 from onnxscript_ep_passes.ep.profiles import EpProfile
-from onnxscript_ep_passes.ep.target import EpTarget, TargetRequest
+from onnxscript_ep_passes.ep.target import EpTarget
 from onnxscript_ep_passes.fusion.choice import (
     CandidateRecord,
     choose_by_measurement,
@@ -67,7 +67,7 @@ from onnxscript_ep_passes.fusion.fuse_for_ep import (
     FusionResult,
     FusionSpec,
 )
-from onnxscript_ep_passes.lowering.opset_imports import require_default_opset
+from onnxscript_ep_passes.passes.ep_pass import EpPass
 from onnxscript_ep_passes.passes.lower_for_ep import LowerOpsetForEpPass
 from onnxscript_ep_passes.passes.options import SearchOptions, search_options
 from onnxscript_ep_passes.reports.verdict import Figures, verdict
@@ -231,7 +231,7 @@ class OptimizeResult(ir.passes.PassResult):
         }
 
 
-class OptimizeForEpPass(ir.passes.InPlacePass):
+class OptimizeForEpPass(EpPass):
     """The pipeline of the module docstring; returns an :class:`OptimizeResult`.
 
     Args:
@@ -271,16 +271,10 @@ class OptimizeForEpPass(ir.passes.InPlacePass):
         self.options = search_options(options, target_opset=target_opset, **search)
         self.measure = self.options.measure
         self.measure_rounds = measure_rounds
-        self.request = TargetRequest(ep, ort_version, table, kernel_table)
-        self.profile = self.request.profile
-        self.ep = self.profile.ort_name
+        super().__init__(ep, ort_version, table, kernel_table)
         self.table = table
         self.fuse = fuse
         self.max_length = max_length
-
-    def requires(self, model: ir.Model) -> None:
-        if not self.profile.is_host:
-            require_default_opset(model)
 
     def call(self, model: ir.Model) -> OptimizeResult:
         result = OptimizeResult(

@@ -68,11 +68,12 @@ from onnxscript_ep_passes.ep.dims import DimSizes, DimsSpec
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.placement import NodePlacement, PlacementPrediction, predict_placement
 from onnxscript_ep_passes.ep.profiles import EpProfile
-from onnxscript_ep_passes.ep.target import EpTarget, TargetRequest
+from onnxscript_ep_passes.ep.target import EpTarget
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.context import NodeRefusedError
 from onnxscript_ep_passes.lowering.expansion import expand_node, function_body_version
 from onnxscript_ep_passes.lowering.opset_imports import require_default_opset
+from onnxscript_ep_passes.passes.ep_pass import EpPass
 from onnxscript_ep_passes.passes.options import SearchOptions, search_options
 from onnxscript_ep_passes.passes.static_shapes import fold_static_shapes
 from onnxscript_ep_passes.passes.widen_bool import bool_components, widen_carrier, widen_node
@@ -449,7 +450,7 @@ class LegalizeForEpResult(ir.passes.PassResult):
     legalization: LegalizationResult | None = None
 
 
-class LegalizeForEpPass(ir.passes.InPlacePass):
+class LegalizeForEpPass(EpPass):
     """Legalize the model for ``ep`` at its current opset (see the module docstring).
 
     Args:
@@ -469,15 +470,8 @@ class LegalizeForEpPass(ir.passes.InPlacePass):
         kernel_table: str | os.PathLike[str] | None = None,
         options: SearchOptions | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(ep, ort_version, table, kernel_table)
         self.options = search_options(options, dims=dims)
-        self.request = TargetRequest(ep, ort_version, table, kernel_table)
-        self.profile = self.request.profile
-        self.ep = self.profile.ort_name
-
-    def requires(self, model: ir.Model) -> None:
-        if not self.profile.is_host:
-            require_default_opset(model)
 
     def call(self, model: ir.Model) -> LegalizeForEpResult:
         if self.profile.is_host:

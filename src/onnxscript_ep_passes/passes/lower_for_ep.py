@@ -91,7 +91,7 @@ from onnxscript_ep_passes.ep.kernel_table import KernelTable, TableKind
 from onnxscript_ep_passes.ep.measure import CandidateMeasurement
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
 from onnxscript_ep_passes.ep.profiles import EpProfile
-from onnxscript_ep_passes.ep.target import EpTarget, TargetRequest
+from onnxscript_ep_passes.ep.target import EpTarget
 from onnxscript_ep_passes.errors import DowngradeError
 from onnxscript_ep_passes.lowering.lower_opset import (
     MIN_TARGET_OPSET,
@@ -110,6 +110,7 @@ from onnxscript_ep_passes.passes.candidates import (
 )
 from onnxscript_ep_passes.passes.choice import EpLoweringChoice
 from onnxscript_ep_passes.passes.choice_decisions import choice_decisions
+from onnxscript_ep_passes.passes.ep_pass import EpPass
 from onnxscript_ep_passes.passes.options import SearchOptions, lowest_opset_of, search_options
 
 if TYPE_CHECKING:
@@ -284,7 +285,7 @@ class EpLoweringResult(ir.passes.PassResult):
     choice: EpLoweringChoice | None = None
 
 
-class LowerOpsetForEpPass(ir.passes.InPlacePass):
+class LowerOpsetForEpPass(EpPass):
     """Lower the model to the opset best for ``ep`` (see the module docstring).
 
     Args:
@@ -318,15 +319,8 @@ class LowerOpsetForEpPass(ir.passes.InPlacePass):
         options: SearchOptions | None = None,
         **search: Unpack[SearchFlags],
     ) -> None:
-        super().__init__()
+        super().__init__(ep, ort_version, table, kernel_table)
         self.options = search_options(options, target_opset=target_opset, **search)
-        self.request = TargetRequest(ep, ort_version, table, kernel_table)
-        self.profile = self.request.profile
-        self.ep = self.profile.ort_name
-
-    def requires(self, model: ir.Model) -> None:
-        if not self.profile.is_host:
-            require_default_opset(model)
 
     def call(self, model: ir.Model) -> EpLoweringResult:
         if self.profile.is_host:
