@@ -8,11 +8,9 @@ import collections
 
 import numpy as np
 import onnx
-import onnx.helper as oh
 import onnx_ir as ir
 import pytest
 
-from onnxscript_ep_passes.ep import KernelTable
 from onnxscript_ep_passes.ep.cost import placement_cost
 from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
@@ -25,15 +23,11 @@ from onnxscript_ep_passes.passes.lower_for_ep import (
     LowerOpsetForEpPass,
     _search,
 )
-from tests.harness import make_model, run_model
+from tests.harness import run_model
+from tests.passes import gelu_neg_model, no_gelu_table
 from tests.torch_models import LLM_DIMS, llm_export
 
 FLOAT = onnx.TensorProto.FLOAT
-_OPS = (
-    *("Add", "Cast", "CastLike", "Concat", "Constant", "ConstantOfShape", "Div", "Flatten"),
-    *("Mul", "Neg", "Pow", "Reciprocal", "ReduceMean", "Relu", "Reshape", "Shape", "Size"),
-    *("Slice", "Sqrt", "Sub", "Sum", "Tanh"),
-)
 
 
 def _ops(model: ir.Model) -> collections.Counter[str]:
@@ -44,16 +38,7 @@ def test_a_legalized_model_not_kept_is_rebuilt_the_same() -> None:
     # Gelu has no kernel: every candidate opset 24..20 gets a legalized variant. The
     # search keeps only the best-ranked one's model; dominance may choose another, whose
     # model is then rebuilt (lowering steps, then legalization) and must be the same.
-    original = make_model(
-        [
-            oh.make_node("Gelu", ["x"], ["g"], name="gelu", approximate="tanh"),
-            oh.make_node("Neg", ["g"], ["y"], name="neg"),
-        ],
-        [oh.make_tensor_value_info("x", FLOAT, [2, 5])],
-        [oh.make_tensor_value_info("y", FLOAT, [2, 5])],
-        24,
-    )
-    table = KernelTable.from_rows("TestEP", "0.0", "test", [("", op, 1, 40, None) for op in _OPS])
+    original, table = gelu_neg_model(), no_gelu_table()
     model = ir.from_proto(original)
     _, _, search = _search(model, table, None, 20, True, SearchSettings(keep_models=True))
     assert sorted(search.legalized) == [20, 21, 22, 23, 24]
@@ -78,16 +63,7 @@ def test_a_legalized_model_not_kept_is_rebuilt_the_same() -> None:
 def test_the_chosen_legalized_model_is_the_one_the_search_built() -> None:
     # The search keeps the best legalized candidate's model as it goes (dropping the ones
     # it beats) and returns it: its prediction and price are the chosen candidate's.
-    original = make_model(
-        [
-            oh.make_node("Gelu", ["x"], ["g"], name="gelu", approximate="tanh"),
-            oh.make_node("Neg", ["g"], ["y"], name="neg"),
-        ],
-        [oh.make_tensor_value_info("x", FLOAT, [2, 5])],
-        [oh.make_tensor_value_info("y", FLOAT, [2, 5])],
-        24,
-    )
-    table = KernelTable.from_rows("TestEP", "0.0", "test", [("", op, 1, 40, None) for op in _OPS])
+    original, table = gelu_neg_model(), no_gelu_table()
     model = ir.from_proto(original)
     choice, kept, search = _search(model, table, None, 20, True, SearchSettings())
     assert choice.legalized and kept is not None

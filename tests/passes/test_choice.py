@@ -3,32 +3,16 @@
 from __future__ import annotations
 
 import onnx
-import onnx.helper as oh
 import onnx_ir as ir
 
-from onnxscript_ep_passes.ep import KernelTable
 from onnxscript_ep_passes.passes import CandidateEntry, choose_target_opset
-from tests.harness import make_model
+from tests.passes import gelu_neg_model, no_gelu_table
 
 FLOAT = onnx.TensorProto.FLOAT
-_OPS = (
-    *("Add", "Cast", "CastLike", "Concat", "Constant", "ConstantOfShape", "Div", "Flatten"),
-    *("Mul", "Neg", "Pow", "Reciprocal", "ReduceMean", "Relu", "Reshape", "Shape", "Size"),
-    *("Slice", "Sqrt", "Sub", "Sum", "Tanh"),
-)
 
 
 def test_lookups_and_views_read_the_one_map() -> None:
-    original = make_model(
-        [
-            oh.make_node("Gelu", ["x"], ["g"], name="gelu", approximate="tanh"),
-            oh.make_node("Neg", ["g"], ["y"], name="neg"),
-        ],
-        [oh.make_tensor_value_info("x", FLOAT, [2, 5])],
-        [oh.make_tensor_value_info("y", FLOAT, [2, 5])],
-        24,
-    )
-    table = KernelTable.from_rows("TestEP", "0.0", "test", [("", op, 1, 40, None) for op in _OPS])
+    original, table = gelu_neg_model(), no_gelu_table()
     choice = choose_target_opset(
         ir.from_proto(original), table, lowest_opset=22, ort_version_requested="0.0"
     )
