@@ -325,10 +325,12 @@ def test_a_reshape_that_keeps_the_masks_shape_is_read_as_a_no_op(
         assert "a 1-element vector" in caplog.text
 
 
-def _float_built(compare: str, add_padding: bool) -> tuple[list, list]:
-    """transformers 4.44-4.48's float mask: ``full(lowest) * Cast(compare(j, i))``, then
-    ``+ attention_mask``, ``== 0`` and a masked fill with the lowest float."""
-    lowest = numpy_helper.from_array(np.array(np.finfo(np.float32).min, np.float32), "lowest")
+def _float_built(
+    compare: str, add_padding: bool, fill: float = float(np.finfo(np.float32).min)
+) -> tuple[list, list]:
+    """transformers 4.44-4.48's float mask: ``full(fill) * Cast(compare(j, i))``, then
+    ``+ attention_mask``, ``== 0`` and a masked fill with ``fill`` (the lowest float)."""
+    lowest = numpy_helper.from_array(np.array(fill, np.float32), "lowest")
     zero = numpy_helper.from_array(np.array(0.0, np.float32), "fzero")
     nodes = [
         helper.make_node("Shape", ["attention_mask"], ["len1"], start=1, end=2),
@@ -365,18 +367,19 @@ def _float_built(compare: str, add_padding: bool) -> tuple[list, list]:
 
 
 @pytest.mark.parametrize(
-    ("compare", "add_padding", "reason"),
+    ("compare", "add_padding", "fill", "reason"),
     [
-        ("Greater", True, None),
-        ("Less", True, "a query also sees later keys"),
-        ("Greater", False, "it ignores attention_mask"),
+        ("Greater", True, float(np.finfo(np.float32).min), None),
+        ("Less", True, float(np.finfo(np.float32).min), "a query also sees later keys"),
+        ("Greater", False, float(np.finfo(np.float32).min), "it ignores attention_mask"),
+        ("Greater", True, -np.inf, "-inf times a 0/1 condition"),  # -inf * 0 is NaN
     ],
-    ids=["standard", "anti_causal", "no_padding"],
+    ids=["standard", "anti_causal", "no_padding", "minus_inf_times_zero"],
 )
 def test_a_mask_built_in_float_arithmetic_is_read_by_what_it_computes(
-    compare: str, add_padding: bool, reason: str | None
+    compare: str, add_padding: bool, fill: float, reason: str | None
 ) -> None:
-    model = _model(*_float_built(compare, add_padding))
+    model = _model(*_float_built(compare, add_padding, fill))
     mask = model.graph.node(-1).inputs[3]
     assert mask is not None
     if reason is None:

@@ -9,7 +9,8 @@ integer rules:
 - :func:`disjoin`: ``Or`` of two single atoms (or of disjunctions) is an
   :class:`~onnxscript_ep_passes.fusion.mask_terms.AnyOf`; with a constant side, the constant
   decides.
-- :func:`float_product`: ``FloatMask(A) * Indicator(P)`` is the lowest float where ``not A
+- :func:`float_product`: ``FloatMask(A) * Indicator(P)`` of a mask known to hold the
+  lowest float, not -inf (``-inf * 0`` is NaN), is the lowest float where ``not A
   and P``, 0 elsewhere: ``FloatMask(A or not P)``. ``not P`` of a disjunction of atoms is
   the conjunction of their negations; ``A or N`` of two atoms is the weaker one when one
   implies the other on the whole domain (``e_b - e_a >= 0`` everywhere: ``a`` implies
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 __all__ = ["disjoin", "float_product", "float_sum", "masked_equal", "where_val"]
 
+import math
 from collections.abc import Sequence
 
 from onnxscript_ep_passes.fusion.mask_terms import (
@@ -88,12 +90,17 @@ def _weaker(a: Atom, b: Atom, bounds: Bounds, dims: Sequence[Lin]) -> Atom | Non
 def float_product(a: Elem, b: Elem, bounds: Bounds, dims: Sequence[Lin]) -> Elem | None:
     """``a * b`` of a float mask (or constant) and an indicator (module doc)."""
     for mask, other in ((a, b), (b, a)):
+        if not isinstance(other, Indicator):
+            continue
         if isinstance(mask, FloatConst) and mask.value == 0:
             return FloatConst(0.0)
         if isinstance(mask, FloatConst) and is_lowest(mask.value):
-            mask = FloatMask(None)  # the lowest float everywhere: nothing allowed
-        if not isinstance(mask, FloatMask) or not isinstance(other, Indicator):
+            # the lowest float everywhere: nothing allowed
+            mask = FloatMask(None, math.isfinite(mask.value))
+        if not isinstance(mask, FloatMask):
             continue
+        if not mask.finite:
+            return Unknown("-inf times a 0/1 condition (NaN where the condition is 0)")
         pred = other.pred
         if pred is None:  # times 0
             return FloatConst(0.0)
@@ -103,11 +110,11 @@ def float_product(a: Elem, b: Elem, bounds: Bounds, dims: Sequence[Lin]) -> Elem
         negated: Pred = frozenset(negate_atom(x) for x in atoms)  # not P
         allowed = mask.allowed
         if allowed is None:
-            return FloatMask(negated)
+            return FloatMask(negated, finite=True)
         if len(allowed) == 1 and len(atoms) == 1:
             either = _weaker(next(iter(allowed)), negate_atom(next(iter(atoms))), bounds, dims)
             if either is not None:
-                return FloatMask(frozenset({either}))
+                return FloatMask(frozenset({either}), finite=True)
         return Unknown("a float mask allowing one of two conditions")
     return None
 
@@ -139,10 +146,10 @@ def where_val(cond: Elem, yes: Elem, no: Elem) -> Elem:
         return Unknown("Where on a non-boolean condition")
     if isinstance(yes, FloatConst) and isinstance(no, FloatConst):
         if yes.value == 0 and is_lowest(no.value):
-            return FloatMask(cond)
+            return FloatMask(cond, math.isfinite(no.value))
         negated = negate(cond)
         if is_lowest(yes.value) and no.value == 0 and not isinstance(negated, Unknown):
-            return FloatMask(negated)
+            return FloatMask(negated, math.isfinite(yes.value))
     if no is None and (yes is None or isinstance(yes, frozenset)):
         return conj(cond, yes)
     return Unknown("a Where this proof does not model")
@@ -157,9 +164,10 @@ def _masked_fill(cond: Elem, yes: Elem, no: Elem) -> Elem | None:
         return no
     if not isinstance(cond, frozenset):
         return None
+    finite = no.finite and math.isfinite(yes.value)
     rest = cond - allowed
     if not rest:  # A implies C: A and not C is false
-        return FloatMask(None)
+        return FloatMask(None, finite)
     if len(rest) == 1 and cond >= allowed:
-        return FloatMask(conj(allowed, frozenset({negate_atom(next(iter(rest)))})))
+        return FloatMask(conj(allowed, frozenset({negate_atom(next(iter(rest)))})), finite)
     return None

@@ -47,6 +47,7 @@ __all__ = [
     "trilu_val",
 ]
 
+import math
 from collections.abc import Sequence
 
 import onnx_ir as ir
@@ -209,7 +210,7 @@ def trilu_val(x: Val, k: Lin, upper: bool) -> Val:
     if isinstance(x.elem, FloatConst) and is_lowest(x.elem.value):
         negated = negate(frozenset({kept}))  # -inf where kept, 0 elsewhere
         assert not isinstance(negated, Unknown)
-        return Val(x.dims, FloatMask(negated))
+        return Val(x.dims, FloatMask(negated, math.isfinite(x.elem.value)))
     return Val(x.dims, Unknown("Trilu of a value this proof does not model"))
 
 

@@ -159,9 +159,12 @@ class FloatConst:
 
 @dataclasses.dataclass(frozen=True)
 class FloatMask:
-    """An additive mask: 0 where ``allowed`` holds, -inf (or the lowest float) elsewhere."""
+    """An additive mask: 0 where ``allowed`` holds, -inf (or the lowest float) elsewhere;
+    ``finite``: known to be the lowest float there, never -inf (so it may be multiplied by 0:
+    ``-inf * 0`` is NaN)."""
 
     allowed: Pred
+    finite: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -351,7 +354,7 @@ def map_elem(elem: Elem, mapping: Mapping[str, Lin]) -> Elem:
     if isinstance(elem, FloatMask):
         allowed = map_elem(elem.allowed, mapping)
         assert allowed is None or isinstance(allowed, frozenset)
-        return FloatMask(allowed)
+        return FloatMask(allowed, elem.finite)
     return elem
 
 
