@@ -21,8 +21,8 @@ from typing import Any
 
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
-from onnxscript.rewriter._basics import MatchResult
 from onnxscript.rewriter.ort_fusions.bias_gelu import fuse_bias_gelu as _onnxscript_bias_gelu
+from onnxscript.rewriter.pattern import MatchResult
 
 _CONSTANTS = {
     "cube": 3.0,
