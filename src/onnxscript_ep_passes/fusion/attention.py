@@ -47,8 +47,10 @@ from __future__ import annotations
 
 __all__ = [
     "AttentionFusionResult",
+    "Constants",
     "fuse_attention_nodes",
     "fuse_attention_to_gqa",
+    "padding_bias",
     "replace_output",
 ]
 
@@ -147,6 +149,48 @@ def _rotary_caches(
     return caches[0], caches[1]
 
 
+class Constants:
+    """Adds the initializers a fusion needs to ``graph``, named ``<prefix>.<name>.<n>``."""
+
+    def __init__(self, graph: ir.Graph, prefix: str) -> None:
+        self.graph = graph
+        self.prefix = prefix
+        self.count = 0
+
+    def __call__(self, name: str, array: np.ndarray) -> ir.Value:
+        self.count += 1
+        value = ir.Value(name=f"{self.prefix}.{name}.{self.count}", const_value=ir.tensor(array))
+        value.shape = ir.Shape(array.shape)
+        value.dtype = ir.DataType.from_numpy(array.dtype)
+        self.graph.register_initializer(value)
+        return value
+
+
+def padding_bias(
+    const: Constants,
+    add: Callable[..., ir.Value],
+    mask: ir.Value,
+    dtype: ir.DataType,
+    sizes: tuple[ir.Value, ir.Value, ir.Value],
+) -> ir.Value:
+    """``attention_bias[b, 0, i, j]`` of shape ``(batch, 1, seq, total)`` (``sizes``, 1-D
+    int64): 0 where ``attention_mask[b, j]`` is set, the lowest float elsewhere (any
+    padding: left, right or holes). ``add(op, inputs, **attributes)`` makes each node."""
+    batch, seq, total = sizes
+    lowest = np.array(np.finfo(dtype.numpy()).min, dtype.numpy())
+    kept = add("Cast", [mask], to=ir.DataType.BOOL)
+    zero = const("bias_zero", np.array(0, dtype.numpy()))
+    row = add("Where", [kept, zero, const("bias_lowest", lowest)])
+    bias4 = add("Unsqueeze", [row, const("axes12", np.array([1, 2], np.int64))])
+    one = const("one_1d", np.array([1], np.int64))
+    shape = add("Concat", [batch, one, seq, total], axis=0)
+    bias = add("Expand", [bias4, shape])
+    kept.dtype = ir.DataType.BOOL
+    seq.dtype = shape.dtype = ir.DataType.INT64
+    row.dtype = bias4.dtype = bias.dtype = dtype
+    return bias
+
+
 class _Builder:
     """Creates the nodes GroupQueryAttention needs, sharing them across layers."""
 
@@ -156,15 +200,7 @@ class _Builder:
         self.max_length = max_length
         self.caches: dict[tuple[ir.Value, ir.Value], tuple[ir.Value, ir.Value]] = {}
         self.lengths: tuple[ir.Value, ir.Value, ir.Value | None] | None = None
-        self.names = 0
-
-    def const(self, name: str, array: np.ndarray) -> ir.Value:
-        self.names += 1
-        value = ir.Value(name=f"gqa_fusion.{name}.{self.names}", const_value=ir.tensor(array))
-        value.shape = ir.Shape(array.shape)
-        value.dtype = ir.DataType.from_numpy(array.dtype)
-        self.graph.register_initializer(value)
-        return value
+        self.const = Constants(model.graph, "gqa_fusion")
 
     def _insert(self, anchor: ir.Node, nodes: list[ir.Node]) -> None:
         self.graph.insert_before(anchor, nodes)
@@ -210,27 +246,14 @@ class _Builder:
         sizes: tuple[ir.Value, ir.Value],
         add: Callable[..., ir.Value],
     ) -> ir.Value:
-        """``attention_bias[b, 0, i, j]``: 0 where ``attention_mask[b, j]`` is set, the
-        lowest float elsewhere (any padding: left, right or holes)."""
-        dtype = match.q.dtype or ir.DataType.FLOAT
-        lowest = np.array(np.finfo(dtype.numpy()).min, dtype.numpy())
+        """The padding as ``attention_bias`` (:func:`padding_bias`) over the queries and
+        the whole past + current window."""
         batch, total = sizes
-        kept = add("Cast", [mask], to=ir.DataType.BOOL)
-        zero = self.const("bias_zero", np.array(0, dtype.numpy()))
-        low = self.const("bias_lowest", lowest)
-        row = add("Where", [kept, zero, low])
-        axes = self.const("axes12", np.array([1, 2], np.int64))
-        bias4 = add("Unsqueeze", [row, axes])
         # Without a past the mask covers exactly the current tokens (the proof's sizes).
         past = has_past_input(self.model)
         seq = add("Shape", [match.q], start=2, end=3) if past else total
-        one = self.const("one_1d", np.array([1], np.int64))
-        shape = add("Concat", [batch, one, seq, total], axis=0)
-        bias = add("Expand", [bias4, shape])
-        kept.dtype = ir.DataType.BOOL
-        seq.dtype = shape.dtype = ir.DataType.INT64
-        row.dtype = bias4.dtype = bias.dtype = dtype
-        return bias
+        dtype = match.q.dtype or ir.DataType.FLOAT
+        return padding_bias(self.const, add, mask, dtype, (batch, seq, total))
 
     def rotary(self, model: ir.Model, match: AttentionMatch) -> tuple[ir.Value, ir.Value]:
         assert match.rotary is not None

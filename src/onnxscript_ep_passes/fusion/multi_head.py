@@ -30,7 +30,9 @@ import onnx_ir as ir
 from onnxscript_ep_passes.fusion.attention import (
     MS_DOMAIN,
     AttentionFusionResult,
+    Constants,
     fuse_attention_nodes,
+    padding_bias,
     replace_output,
 )
 from onnxscript_ep_passes.fusion.attention_match import RefusedError
@@ -68,35 +70,20 @@ class _Builder:
     def __init__(self, model: ir.Model) -> None:
         self.model = model
         self.bias: ir.Value | None = None
-        self.count = 0
-
-    def const(self, name: str, array: np.ndarray) -> ir.Value:
-        self.count += 1
-        value = ir.Value(name=f"mha_fusion.{name}.{self.count}", const_value=ir.tensor(array))
-        value.shape, value.dtype = ir.Shape(array.shape), ir.DataType.from_numpy(array.dtype)
-        self.model.graph.register_initializer(value)
-        return value
+        self.const = Constants(model.graph, "mha_fusion")
 
     def padding_bias(self, q: ir.Value, dtype: ir.DataType, nodes: list[ir.Node]) -> ir.Value:
-        if self.bias is not None:
-            return self.bias
-        mask = next(v for v in self.model.graph.inputs if v.name == "attention_mask")
-        lowest = np.array(np.finfo(dtype.numpy()).min, dtype.numpy())
+        """The padding as ``attention_bias`` ``(B, 1, S, S)``, shared by all layers."""
+        if self.bias is None:
+            mask = next(v for v in self.model.graph.inputs if v.name == "attention_mask")
 
-        def add(op: str, inputs: list[ir.Value], **attrs: object) -> ir.Value:
-            nodes.append(ir.node(op, inputs, attributes=attrs))  # type: ignore[arg-type]
-            return nodes[-1].outputs[0]
+            def add(op: str, inputs: list[ir.Value], **attrs: object) -> ir.Value:
+                nodes.append(ir.node(op, inputs, attributes=attrs))  # type: ignore[arg-type]
+                return nodes[-1].outputs[0]
 
-        kept = add("Cast", [mask], to=ir.DataType.BOOL)
-        zero = self.const("zero", np.array(0, dtype.numpy()))
-        row = add("Where", [kept, zero, self.const("lowest", lowest)])
-        bias4 = add("Unsqueeze", [row, self.const("axes12", np.array([1, 2], np.int64))])
-        batch = add("Shape", [q], start=0, end=1)
-        seq = add("Shape", [q], start=2, end=3)
-        one = self.const("one", np.array([1], np.int64))
-        self.bias = add("Expand", [bias4, add("Concat", [batch, one, seq, seq], axis=0)])
-        kept.dtype = ir.DataType.BOOL
-        row.dtype = bias4.dtype = self.bias.dtype = dtype
+            seq = add("Shape", [q], start=2, end=3)
+            sizes = (add("Shape", [q], start=0, end=1), seq, seq)
+            self.bias = padding_bias(self.const, add, mask, dtype, sizes)
         return self.bias
 
     def rewrite(self, node: ir.Node, heads: int, head_size: int, padded: bool) -> None:
