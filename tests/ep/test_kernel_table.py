@@ -333,6 +333,8 @@ def test_live_cpu_table() -> None:
 def test_every_loader_says_the_kind_of_its_table(tmp_path: Path) -> None:
     assert live_table("cpu").kind is TableKind.LIVE
     assert {load_snapshot(s.name).kind for s in available_snapshots()} == {TableKind.SNAPSHOT}
+    assert {n for n in SHIPPED if not load_snapshot(n).from_release} == NOT_RELEASES
+    assert live_table("cpu").from_release  # only a snapshot can name no release
     path = write_snapshot(load_snapshot("webgpu-ort-1.32"), tmp_path, "mine")
     assert read_kernel_table(path, "webgpu").kind is TableKind.FILE
     assert resolve_target("qnn", measure=True).kind is TableKind.NONE

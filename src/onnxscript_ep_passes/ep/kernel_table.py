@@ -127,6 +127,8 @@ class KernelTable:
         ep_version: Version of a plugin EP library (e.g. onnxruntime-ep-webgpu), if any.
         kind: The provenance as a value; every loader sets it, a table a caller builds
             is ``FILE`` unless it says otherwise. Never derived from ``source``.
+        from_release: False only for a shipped snapshot whose provenance names no ORT
+            release (its ``source`` carries a mark saying so, for people to read).
     """
 
     ep: str
@@ -135,6 +137,7 @@ class KernelTable:
     ranges: Mapping[tuple[str, str], tuple[KernelRange, ...]] = dataclasses.field(hash=False)
     ep_version: str | None = None
     kind: TableKind = dataclasses.field(default=TableKind.FILE, compare=False)
+    from_release: bool = dataclasses.field(default=True, compare=False)
     # Answers of pure functions of this (immutable) table, by their callers' names.
     _memos: dict[str, dict[Hashable, Any]] = dataclasses.field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False

@@ -311,8 +311,9 @@ def load_snapshot(name: str) -> KernelTable:
     """Load a shipped snapshot by name (``"cuda-ort-1.24"``; a ``.tsv`` suffix is accepted).
 
     The table's :attr:`~KernelTable.source` is ``"snapshot:<name>.tsv"`` (followed by
-    :data:`NOT_A_RELEASE` when its provenance names no release), its kind ``SNAPSHOT``;
-    its EP and ORT version come from the sidecar JSON.
+    :data:`NOT_A_RELEASE` when its provenance names no release, and then
+    :attr:`~KernelTable.from_release` is False), its kind ``SNAPSHOT``; its EP and ORT
+    version come from the sidecar JSON.
 
     Raises:
         ValueError: No snapshot of that name; the message lists the shipped ones.
@@ -327,7 +328,7 @@ def _load_snapshot(stem: str) -> KernelTable:
         raise ValueError(f"No kernel-table snapshot {stem!r}; shipped: {sorted(infos)}")
     info = infos[stem]
     text = _data_dir().joinpath(info.file).read_text(encoding="utf-8")
-    return parse_snapshot(
+    table = parse_snapshot(
         text,
         ep=info.ep,
         ort_version=info.ort_version,
@@ -335,3 +336,4 @@ def _load_snapshot(stem: str) -> KernelTable:
         ep_version=info.ep_version,
         kind=TableKind.SNAPSHOT,
     )
+    return table if info.release else dataclasses.replace(table, from_release=False)

@@ -127,7 +127,7 @@ class EpTarget:
     @property
     def from_release(self) -> bool:
         """False for a shipped snapshot whose provenance names no release."""
-        return NOT_A_RELEASE not in self.table.source
+        return self.table.from_release
 
 
 def resolve_target(
