@@ -16,8 +16,7 @@ import pytest
 from onnx import TensorProto
 
 from onnxscript_ep_passes import lower_opset
-from onnxscript_ep_passes.ep.profiles import CPU
-from onnxscript_ep_passes.lowering.ort_kernels import cpu_has_kernel, host_provider, ort_inlines
+from onnxscript_ep_passes.lowering.ort_kernels import cpu_has_kernel, ort_inlines
 from tests.harness import assert_refuses, make_model, run_model
 
 F, D = TensorProto.FLOAT, TensorProto.DOUBLE
@@ -29,11 +28,6 @@ def test_kernel_listing_matches_as_ort_does() -> None:
     assert not cpu_has_kernel("Swish", "", 24, "tensor(float)")
     assert cpu_has_kernel("Celu", "", 28, "tensor(double)")
     assert not cpu_has_kernel("Celu", "", 12, "tensor(double)")
-
-
-def test_the_host_is_the_cpu_ep_by_orts_priority_order() -> None:
-    """The lowering names no EP: ORT's lowest-priority provider is its CPU EP."""
-    assert host_provider() == CPU.ort_name
 
 
 def _loads(model: onnx.ModelProto) -> None:

@@ -9,11 +9,7 @@ Rules:
   model's opset and always inlined; a static body only when its opset is the model's
   (Swish-24 runs at opset 24, not at 25 or 27; Elu's opset-18 body never rescues Elu-22).
 * The kernels are those the installed ``onnxruntime`` registers, read once
-  (``get_all_opkernel_def``), for the host EP: the last of
-  ``onnxruntime.get_available_providers()``, which lists the EPs "in the default
-  priority order ... from highest to lowest" (ORT's docstring), so the last is the one every
-  session falls back to. The lowering never imports ``ep/`` and names no EP: which EP the
-  host is, is ORT's answer (:func:`host_provider`). A node matches a kernel as ORT matches it: the since
+  (``get_all_opkernel_def``). A node matches a kernel as ORT matches it: the since
   version of the node's schema equals the kernel's start version, or lies inside a
   closed range; and its first input's tensor type is one the kernel lists.
 * When the listing is unavailable (an ORT build that cannot create one of its EPs on
@@ -23,7 +19,7 @@ Rules:
 
 from __future__ import annotations
 
-__all__ = ["cpu_has_kernel", "host_provider", "ort_defines", "ort_inlines", "ort_only"]
+__all__ = ["cpu_has_kernel", "ort_defines", "ort_inlines", "ort_only"]
 
 import functools
 import logging
@@ -51,32 +47,18 @@ def _kernel_definitions() -> tuple[Any, ...] | None:
         return None
 
 
-@functools.cache
-def host_provider() -> str | None:
-    """ORT's name of the EP every session falls back to: the lowest in the default
-    priority order (module docstring); None when ORT cannot say."""
-    try:
-        import onnxruntime
-
-        providers = onnxruntime.get_available_providers()
-    except Exception as error:  # pragma: no cover - depends on the ORT build
-        logger.debug("ORT's providers are unavailable: %s", error)
-        return None
-    return str(providers[-1]) if providers else None
-
-
 def _domain(domain: str) -> str:
     return "" if domain in ("", "ai.onnx") else domain
 
 
 @functools.cache
 def _cpu_kernels() -> dict[tuple[str, str], tuple[_Kernel, ...]] | None:
-    definitions, host = _kernel_definitions(), host_provider()
-    if definitions is None or host is None:
+    definitions = _kernel_definitions()
+    if definitions is None:
         return None
     kernels: dict[tuple[str, str], list[_Kernel]] = {}
     for definition in definitions:
-        if definition.provider != host:
+        if definition.provider != "CPUExecutionProvider":
             continue
         domain = _domain(definition.domain)
         start, end = definition.version_range
