@@ -121,3 +121,85 @@ def test_the_root_holds_at_most_six_modules() -> None:
         p.name for p in _ROOT.glob("*.py") if p.name not in {"__init__.py", "__main__.py"}
     )
     assert len(root) <= 6, root
+
+
+# -- provenance is a value ----------------------------------------------------------------
+
+_TEXT_TESTS = {"startswith", "endswith", "partition", "rpartition", "split", "find", "index"}
+_TEXT_TESTS |= {"removeprefix", "removesuffix", "count"}
+
+
+def _is_table_source(node: ast.AST) -> bool:
+    """``table.source``, ``<x>.table.source``, ``<x>.table_source``, ``table_source`` or
+    ``report["table_source"]``: the text a kernel table's provenance is shown as."""
+    if isinstance(node, ast.Attribute):
+        if node.attr == "table_source":
+            return True
+        owner = node.value
+        name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+        return node.attr == "source" and "table" in name
+    if isinstance(node, ast.Name):
+        return node.id == "table_source"
+    return (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.slice, ast.Constant)
+        and node.slice.value == "table_source"
+    )
+
+
+def _is_kind_prefix(node: ast.AST) -> bool:
+    """A string constant that starts with a table kind's source prefix (``"live:"``,
+    ``"none: measured"``, ...), or the measured-only sentinel by name."""
+    from onnxscript_ep_passes.ep.kernel_table import TableKind
+
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and any(node.value.startswith(f"{kind.value}:") for kind in TableKind)
+    ) or (isinstance(node, ast.Name) and node.id == "MEASURED_ONLY")
+
+
+def _text_reads_of_provenance(source: str) -> list[int]:
+    """Lines where a table's source text is tested (compared, searched, split) or a kind's
+    prefix or the measured-only sentinel is compared against."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(_is_table_source(o) or _is_kind_prefix(o) for o in operands):
+                lines.append(node.lineno)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _TEXT_TESTS
+            and (_is_table_source(node.func.value) or any(map(_is_kind_prefix, node.args)))
+        ):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_module_reads_a_tables_provenance_from_its_text() -> None:
+    """A kernel table's provenance is its ``kind`` (a ``TableKind``), carried into every
+    result and report; no module tests the ``source`` text for it."""
+    found = [
+        f"{name}:{line}"
+        for name, path in _modules().items()
+        for line in _text_reads_of_provenance(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, "provenance read from text at:\n" + "\n".join(found)
+
+
+def test_the_provenance_scan_sees_text_reads() -> None:
+    """The scan is not vacuous: each way of reading provenance from text is seen."""
+    reads = [
+        'if table.source.startswith("live:"): pass',
+        'live = choice.table_source.partition(":")[0] == "live"',
+        "measured = self.table.source == MEASURED_ONLY",
+        'kind = report["table_source"].split(":")[0]',
+        'ok = "snapshot:" in text',
+        'ok = label.startswith("file:")',
+        'empty = source == "none: measured"',
+    ]
+    assert [_text_reads_of_provenance(code) for code in reads] == [[1]] * len(reads)
+    shown = 'line = f"{table.source}"; model = stage.source == path; table_kind.detail(s)'
+    assert _text_reads_of_provenance(shown) == []

@@ -5,10 +5,12 @@ from __future__ import annotations
 import collections
 import json
 
+import jsonschema
 import numpy as np
 import onnx_ir as ir
 import pytest
 
+from onnxscript_ep_passes.cli.optimize import report_schema as optimize_report_schema
 from onnxscript_ep_passes.ep import get_table, load_snapshot, predict_placement
 from onnxscript_ep_passes.pipeline import OptimizeForEpPass, ep_pass_list, optimize_for_ep
 from tests.harness import run_model
@@ -121,6 +123,8 @@ def test_report_says_what_was_fused_and_predicts_placement() -> None:
     assert fused["group_query_attention"]["count"] == 2
     assert report["predicted_after"]["memcpy"] < report["predicted_before"]["memcpy"]
     json.dumps(report)
+    assert report["table_kind"] == "snapshot"  # the provenance as a value, not the text
+    jsonschema.validate(json.loads(json.dumps(report)), optimize_report_schema())
 
 
 def test_no_fuse_keeps_the_attention() -> None:

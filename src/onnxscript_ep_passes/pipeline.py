@@ -204,6 +204,7 @@ class OptimizeResult(ir.passes.PassResult):
         return verdict(
             ep=self.ep,
             ort_version=self.table.ort_version,
+            table_kind=self.table.kind,
             table_source=self.table.source,
             source_opset=self.source_opset or 0,
             chosen_opset=self.opset or 0,
@@ -225,6 +226,7 @@ class OptimizeResult(ir.passes.PassResult):
             "ep": self.ep,
             "ort_version": None if table is None else table.ort_version,
             "table_source": None if table is None else table.source,
+            "table_kind": None if table is None else table.kind.value,
             "source_opset": self.source_opset,
             "opset": self.opset,
             "fusions": [r.to_dict() for r in self.fusions],

@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 
 from onnxscript_ep_passes.ep import snapshots
-from onnxscript_ep_passes.ep.kernel_table import KernelRange, KernelTable
+from onnxscript_ep_passes.ep.kernel_table import KernelRange, KernelTable, TableKind
 from onnxscript_ep_passes.ep.live_tables import LiveTableUnavailableError, live_table
 from onnxscript_ep_passes.ep.profiles import canonical_ep_name
 from onnxscript_ep_passes.ep.snapshots import (
@@ -22,6 +22,7 @@ from onnxscript_ep_passes.ep.snapshots import (
     write_snapshot,
 )
 from onnxscript_ep_passes.ep.table_choice import get_table, release_assumed
+from onnxscript_ep_passes.ep.target import read_kernel_table, resolve_target
 
 CUDA_RELEASES = [f"1.{minor}" for minor in range(19, 32)]
 """The release lines of onnxruntime-gpu shipped as tables listed from their wheels."""
@@ -327,6 +328,33 @@ def test_live_cpu_table() -> None:
     assert table.has_type_constraints and table.supports("", "Relu", 14, {"T": "tensor(float)"})
     assert get_table("cpu") is table
     assert not release_assumed(table, None)
+
+
+def test_every_loader_says_the_kind_of_its_table(tmp_path: Path) -> None:
+    assert live_table("cpu").kind is TableKind.LIVE
+    assert {load_snapshot(s.name).kind for s in available_snapshots()} == {TableKind.SNAPSHOT}
+    assert {n for n in SHIPPED if not load_snapshot(n).from_release} == NOT_RELEASES
+    assert live_table("cpu").from_release  # only a snapshot can name no release
+    path = write_snapshot(load_snapshot("webgpu-ort-1.32"), tmp_path, "mine")
+    assert read_kernel_table(path, "webgpu").kind is TableKind.FILE
+    assert resolve_target("qnn", measure=True).kind is TableKind.NONE
+    # A table a caller builds is a caller's table, whatever its source text reads like.
+    text = path.read_text(encoding="utf-8")
+    for source in ("live:get_all_opkernel_def", "snapshot:cuda-ort-1.24.tsv", "none: measured"):
+        assert KernelTable.from_rows("TestEP", "0", source, []).kind is TableKind.FILE
+        parsed = parse_snapshot(text, ep="TestEP", ort_version="0", source=source)
+        assert parsed.kind is TableKind.FILE
+    built = KernelTable.from_rows("TestEP", "0", "listed", [], kind=TableKind.LIVE)
+    assert built.kind is TableKind.LIVE
+
+
+def test_a_kind_reads_the_detail_after_its_prefix() -> None:
+    assert TableKind.LIVE.detail("live:get_all_opkernel_def") == "get_all_opkernel_def"
+    assert TableKind.SNAPSHOT.detail("snapshot:cuda-ort-1.24.tsv") == "cuda-ort-1.24.tsv"
+    assert TableKind.NONE.detail("none: measured") == "measured"
+    assert TableKind.FILE.detail("file:/tmp/t.tsv") == "/tmp/t.tsv"
+    assert TableKind.FILE.detail("rows of a test") == "rows of a test"  # no prefix: as is
+    assert TableKind.LIVE.detail("snapshot:x.tsv") == "snapshot:x.tsv"  # another kind's
 
 
 def _cuda_listable() -> bool:

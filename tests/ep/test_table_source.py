@@ -9,6 +9,7 @@ import onnx.helper as oh
 import onnx_ir as ir
 import pytest
 
+from onnxscript_ep_passes.ep.kernel_table import TableKind
 from onnxscript_ep_passes.ep.snapshots import available_snapshots, load_snapshot
 from onnxscript_ep_passes.ep.table_source import (
     MAX_TABLE_BYTES,
@@ -215,7 +216,9 @@ def test_measuring_an_ep_that_cannot_load_here_is_a_clear_error() -> None:
 def test_without_a_table_measuring_runs_every_reachable_opset(webgpu: None) -> None:
     table = resolve_table("webgpu", kernel_table=None, measure=True)
     assert table.source != MEASURED_ONLY  # WebGPU lists its kernels here: use an empty one
-    empty = type(table).from_rows(table.ep, table.ort_version, MEASURED_ONLY, [])
+    empty = type(table).from_rows(
+        table.ep, table.ort_version, MEASURED_ONLY, [], kind=TableKind.NONE
+    )
     model = _chain_at_25()
     lowering = LowerOpsetForEpPass("webgpu", table=empty, measure=True, dims={"batch": 2})
     choice = lowering(model).choice

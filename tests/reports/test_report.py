@@ -13,8 +13,15 @@ import onnx_ir as ir
 import pytest
 
 from onnxscript_ep_passes.cli.program import main
-from onnxscript_ep_passes.ep import KernelTable
-from onnxscript_ep_passes.reports.report import placement_report, report_schema
+from onnxscript_ep_passes.ep import KernelTable, TableKind, load_snapshot
+from onnxscript_ep_passes.passes import choose_target_opset
+from onnxscript_ep_passes.reports.report import (
+    choice_report,
+    format_report,
+    placement_report,
+    report_schema,
+)
+from tests.harness import reshape_chain
 
 FLOAT = onnx.TensorProto.FLOAT
 
@@ -147,3 +154,50 @@ def test_each_node_says_what_the_chosen_candidate_does_to_it() -> None:
     (chosen,) = [c for c in report["candidates"] if c["opset"] == 23 and c["legalized"]]
     assert chosen["changes"] == {"relabelled": True, "nodes_replaced": 2, "expanded_for_ep": 1}
     assert all(n["done"] is None for n in report["after"]["nodes"])
+
+
+def _read_back(report: dict[str, object]) -> dict[str, object]:
+    """The report as a reader of its JSON gets it."""
+    rebuilt: dict[str, object] = json.loads(json.dumps(report))
+    jsonschema.validate(rebuilt, report_schema())
+    return rebuilt
+
+
+def test_a_report_read_back_from_json_keeps_the_table_kind_and_verdict() -> None:
+    model = ir.from_proto(reshape_chain(24))
+    choice = choose_target_opset(model, load_snapshot("cuda-ort-1.24"))
+    rebuilt = _read_back(choice_report(model, choice, model_name="m.onnx"))
+    assert rebuilt["table_kind"] == "snapshot"
+    assert format_report(rebuilt).splitlines()[0] == choice.summary("m.onnx")
+    assert "(ORT 1.24, snapshot cuda-ort-1.24)" in choice.summary()
+
+
+def test_the_table_kind_is_a_value_never_read_from_the_source_text() -> None:
+    """A caller's table whose source reads like a live listing is still a caller's table,
+    and a live table is named so whatever its source says."""
+    model = ir.from_proto(_transpose_model())
+    rows = [("", "Transpose", 24, 24, None), ("", "Relu", 14, None, None)]
+    ep, version = "WebGpuExecutionProvider", "1.32.0"
+    caller = KernelTable.from_rows(ep, version, "live:get_all_opkernel_def", rows)
+    live = KernelTable.from_rows(ep, version, "listed", rows, kind=TableKind.LIVE)
+    assert caller.kind is TableKind.FILE and live.kind is TableKind.LIVE
+    for table, kind, named in (
+        (caller, "file", "(ORT 1.32.0, live:get_all_opkernel_def)"),
+        (live, "live", "(ORT 1.32.0, live table)"),
+    ):
+        choice = choose_target_opset(model, table)
+        assert named in choice.summary()
+        rebuilt = _read_back(choice_report(model, choice))
+        assert rebuilt["table_kind"] == kind
+        assert format_report(rebuilt).splitlines()[0] == choice.summary("chain")
+
+
+def test_the_schema_requires_the_table_kind() -> None:
+    report = placement_report(ir.from_proto(_transpose_model()), "webgpu", table=_TABLE)
+    assert report["table_kind"] == "file"
+    for wrong in ("File", "live:get_all_opkernel_def", None):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({**report, "table_kind": wrong}, report_schema())
+    del report["table_kind"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(report, report_schema())

@@ -7,7 +7,7 @@ import dataclasses
 import onnx
 import onnx_ir as ir
 
-from onnxscript_ep_passes.ep import get_table
+from onnxscript_ep_passes.ep import TableKind, get_table
 from onnxscript_ep_passes.passes import LowerOpsetForEpPass, choose_target_opset
 from onnxscript_ep_passes.reports.verdict import (
     Figures,
@@ -35,10 +35,12 @@ def test_verdict_words() -> None:
     assert ep_display_name("WebGpuExecutionProvider") == "WebGPU"
     assert ep_display_name("DmlExecutionProvider") == "DirectML"
     assert ep_display_name("QNNExecutionProvider") == "QNN"
-    assert table_label("1.32", "live:get_registered_ep_kernel_defs") == "ORT 1.32, live table"
+    live = "live:get_registered_ep_kernel_defs"
+    assert table_label("1.32", TableKind.LIVE, live) == "ORT 1.32, live table"
     line = verdict(
         ep="WebGpuExecutionProvider",
         ort_version="1.32",
+        table_kind=TableKind.LIVE,
         table_source="live:get_registered_ep_kernel_defs",
         source_opset=25,
         chosen_opset=24,
@@ -53,6 +55,7 @@ def test_verdict_words() -> None:
     kept = verdict(
         ep="CUDAExecutionProvider",
         ort_version="main-2026-09",
+        table_kind=TableKind.SNAPSHOT,
         table_source="snapshot:cuda-ort-main-2026-09.tsv",
         source_opset=24,
         chosen_opset=24,

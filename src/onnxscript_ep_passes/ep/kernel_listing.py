@@ -26,7 +26,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from onnxscript_ep_passes.ep.kernel_table import KernelTable
+from onnxscript_ep_passes.ep.kernel_table import KernelTable, TableKind
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +79,7 @@ def list_plugin_kernels(ort_name: str, *, ep_version: str | None = None) -> Kern
         "live:get_registered_ep_kernel_defs",
         _rows_from_defs(defs, ort_name),
         ep_version=ep_version,
+        kind=TableKind.LIVE,
     )
 
 
@@ -102,7 +103,9 @@ def list_builtin_kernels(ort_name: str) -> KernelTable:
                 f"load, e.g. a GPU machine for CUDA): {e}"
             ) from e
         if rows:
-            return KernelTable.from_rows(ort_name, version, "live:get_all_opkernel_def", rows)
+            return KernelTable.from_rows(
+                ort_name, version, "live:get_all_opkernel_def", rows, kind=TableKind.LIVE
+            )
     if hasattr(capi, "get_registered_ep_kernel_defs"):
         try:
             table = list_plugin_kernels(ort_name)

@@ -23,15 +23,15 @@ does. The rules:
 Where tables come from is elsewhere: shipped snapshots in
 :mod:`~onnxscript_ep_passes.ep.snapshots`, live listings in
 :mod:`~onnxscript_ep_passes.ep.live_tables`, and the choice between them in
-:mod:`~onnxscript_ep_passes.ep.target`. :attr:`KernelTable.kind` records it as a
-:class:`TableKind`, :attr:`KernelTable.source` as the text reports show; the text is read
-back (:meth:`TableKind.of_source`, :func:`source_label`) only here, for reports given
-as JSON.
+:mod:`~onnxscript_ep_passes.ep.target`. Each of them sets :attr:`KernelTable.kind`, a
+:class:`TableKind` (a table a caller builds from rows is ``FILE`` unless it says
+otherwise); :attr:`KernelTable.source` is only the text reports show. Provenance is never
+read back from that text: a report written as JSON carries the kind as a field of its own.
 """
 
 from __future__ import annotations
 
-__all__ = ["KernelRange", "KernelTable", "TableKind", "source_label"]
+__all__ = ["KernelRange", "KernelTable", "TableKind"]
 
 import dataclasses
 import enum
@@ -58,27 +58,11 @@ class TableKind(enum.Enum):
     FILE = "file"
     NONE = "none"
 
-    @classmethod
-    def of_source(cls, source: str) -> TableKind:
-        """The kind a ``source`` text names (``"live:..."`` -> ``LIVE``; any text without
-        a known prefix is a caller's table, ``FILE``)."""
-        prefix = source.partition(":")[0]
-        for kind in cls:
-            if prefix == kind.value:
-                return kind
-        return cls.FILE
-
-
-def source_label(source: str) -> str:
-    """What a verdict calls a table: ``"live table"``, ``"snapshot cuda-ort-1.24"``
-    (``"... (not from a release)"`` kept), else ``source`` itself."""
-    kind = TableKind.of_source(source)
-    if kind is TableKind.LIVE:
-        return "live table"
-    if kind is TableKind.SNAPSHOT:
-        # "snapshot:<name>.tsv", with " (not from a release)" after it when it is not
-        return "snapshot " + source.removeprefix("snapshot:").replace(".tsv", "", 1)
-    return source
+    def detail(self, source: str) -> str:
+        """What ``source`` says after this kind's ``"<kind>:"`` prefix: the listing API
+        (live), the snapshot's file and marks (snapshot), the path (file), ``"measured"``
+        (none); ``source`` itself, stripped, when it has no such prefix."""
+        return source.removeprefix(f"{self.value}:").strip()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,8 +125,10 @@ class KernelTable:
         ranges: ``(domain, op) -> kernel ranges`` in registration order; domain ``""`` is
             ai.onnx.
         ep_version: Version of a plugin EP library (e.g. onnxruntime-ep-webgpu), if any.
-        kind: The provenance as a value (default: the kind ``source`` names,
-            :meth:`TableKind.of_source`).
+        kind: The provenance as a value; every loader sets it, a table a caller builds
+            is ``FILE`` unless it says otherwise. Never derived from ``source``.
+        from_release: False only for a shipped snapshot whose provenance names no ORT
+            release (its ``source`` carries a mark saying so, for people to read).
     """
 
     ep: str
@@ -150,15 +136,12 @@ class KernelTable:
     source: str
     ranges: Mapping[tuple[str, str], tuple[KernelRange, ...]] = dataclasses.field(hash=False)
     ep_version: str | None = None
-    kind: TableKind = dataclasses.field(default=None, compare=False)  # type: ignore[assignment]
+    kind: TableKind = dataclasses.field(default=TableKind.FILE, compare=False)
+    from_release: bool = dataclasses.field(default=True, compare=False)
     # Answers of pure functions of this (immutable) table, by their callers' names.
     _memos: dict[str, dict[Hashable, Any]] = dataclasses.field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False
     )
-
-    def __post_init__(self) -> None:
-        if self.kind is None:
-            object.__setattr__(self, "kind", TableKind.of_source(self.source))
 
     @classmethod
     def from_rows(
@@ -169,12 +152,13 @@ class KernelTable:
         rows: Iterable[tuple[str, str, int, int | None, Mapping[str, Iterable[str]] | None]],
         *,
         ep_version: str | None = None,
-        kind: TableKind | None = None,
+        kind: TableKind = TableKind.FILE,
     ) -> KernelTable:
         """Build a table from ``(domain, op, start, end, type_constraints)`` rows.
 
         ``end`` may be ``None`` or ORT's INT_MAX for an open range; domains and type
-        names are normalised; ``kind`` defaults to the kind ``source`` names.
+        names are normalised; ``kind`` is the table's provenance (a caller's table, ``FILE``,
+        unless said otherwise).
         """
         grouped: dict[tuple[str, str], list[KernelRange]] = {}
         for domain, op, start, end, types in rows:
@@ -192,7 +176,7 @@ class KernelTable:
             source=source,
             ranges={k: tuple(v) for k, v in grouped.items()},
             ep_version=ep_version,
-            kind=TableKind.of_source(source) if kind is None else kind,
+            kind=kind,
         )
 
     # -- queries -----------------------------------------------------------------

@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from onnxscript_ep_passes.ep.kernel_table import KernelTable
+from onnxscript_ep_passes.ep.kernel_table import KernelTable, TableKind
 
 _SNAPSHOT_HEADER = ("domain", "op", "start", "end")
 NOT_A_RELEASE = "(not from a release)"
@@ -190,6 +190,7 @@ def parse_snapshot(
     source: str,
     ep_version: str | None = None,
     where: str | None = None,
+    kind: TableKind = TableKind.FILE,
 ) -> KernelTable:
     """Parse a snapshot TSV: ``domain op start end [type_constraints]`` with a header.
 
@@ -201,7 +202,8 @@ def parse_snapshot(
     ``type_constraints``); a dotted domain name and an operator name; ``start`` an integer
     from 1 to 10000, ``end`` ``inf`` or an integer from ``start`` to 2^31-1; each type
     constraint ``KEY=TYPE|...`` once per row, with ONNX types. A table without a row is
-    refused.
+    refused. The table's ``kind`` is the caller's to say (``FILE``, a caller's table,
+    unless said otherwise; :func:`load_snapshot` says ``SNAPSHOT``).
 
     Raises:
         ValueError: the first problem, as ``<where>: line <n>: <problem>`` (``where``
@@ -231,7 +233,7 @@ def parse_snapshot(
         raise ValueError(f"{where}: no header line (domain, op, start, end) and no kernels")
     if not rows:
         raise ValueError(f"{where}: the table lists no kernels")
-    return KernelTable.from_rows(ep, ort_version, source, rows, ep_version=ep_version)
+    return KernelTable.from_rows(ep, ort_version, source, rows, ep_version=ep_version, kind=kind)
 
 
 def write_snapshot(
@@ -309,8 +311,9 @@ def load_snapshot(name: str) -> KernelTable:
     """Load a shipped snapshot by name (``"cuda-ort-1.24"``; a ``.tsv`` suffix is accepted).
 
     The table's :attr:`~KernelTable.source` is ``"snapshot:<name>.tsv"`` (followed by
-    :data:`NOT_A_RELEASE` when its provenance names no release); its EP and ORT version
-    come from the sidecar JSON.
+    :data:`NOT_A_RELEASE` when its provenance names no release, and then
+    :attr:`~KernelTable.from_release` is False), its kind ``SNAPSHOT``; its EP and ORT
+    version come from the sidecar JSON.
 
     Raises:
         ValueError: No snapshot of that name; the message lists the shipped ones.
@@ -325,10 +328,12 @@ def _load_snapshot(stem: str) -> KernelTable:
         raise ValueError(f"No kernel-table snapshot {stem!r}; shipped: {sorted(infos)}")
     info = infos[stem]
     text = _data_dir().joinpath(info.file).read_text(encoding="utf-8")
-    return parse_snapshot(
+    table = parse_snapshot(
         text,
         ep=info.ep,
         ort_version=info.ort_version,
         source=info.table_source,
         ep_version=info.ep_version,
+        kind=TableKind.SNAPSHOT,
     )
+    return table if info.release else dataclasses.replace(table, from_release=False)

@@ -122,12 +122,12 @@ class EpTarget:
     def detail(self) -> str:
         """The table's provenance after its kind: the listing API (live), the snapshot's
         file (snapshot), the path (file), ``"measured"`` (none)."""
-        return self.table.source.partition(":")[2].replace(NOT_A_RELEASE, "").strip()
+        return self.kind.detail(self.table.source).replace(NOT_A_RELEASE, "").strip()
 
     @property
     def from_release(self) -> bool:
         """False for a shipped snapshot whose provenance names no release."""
-        return NOT_A_RELEASE not in self.table.source
+        return self.table.from_release
 
 
 def resolve_target(
@@ -184,6 +184,7 @@ def read_kernel_table(
         ort_version=ort_version or installed_ort_version(),
         source=f"file:{Path(path)}",
         where=label,
+        kind=TableKind.FILE,
     )
 
 

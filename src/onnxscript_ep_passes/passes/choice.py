@@ -18,6 +18,7 @@ import onnx_ir as ir
 
 from onnxscript_ep_passes.ep.cost import PlacementCost
 from onnxscript_ep_passes.ep.dims import DimSizes
+from onnxscript_ep_passes.ep.kernel_table import TableKind
 from onnxscript_ep_passes.ep.measure import CandidateMeasurement
 from onnxscript_ep_passes.ep.placement import PlacementPrediction
 from onnxscript_ep_passes.errors import DowngradeError
@@ -32,7 +33,8 @@ class EpLoweringChoice:
     """What :func:`choose_target_opset` found.
 
     Attributes:
-        ep, ort_version, table_source: The kernel table used.
+        ep, ort_version, table_source, table_kind: The kernel table used (its
+            provenance as text and as a value).
         source_opset: The model's opset.
         chosen_opset: The opset picked (``source_opset`` when lowering does not help).
         candidates: Every candidate weighed, keyed by ``(opset, legalized)``
@@ -62,6 +64,7 @@ class EpLoweringChoice:
     ep: str
     ort_version: str
     table_source: str
+    table_kind: TableKind
     source_opset: int
     chosen_opset: int
     candidates: dict[CandidateKey, CandidateEntry]
@@ -154,6 +157,7 @@ class EpLoweringChoice:
         return verdict(
             ep=self.ep,
             ort_version=self.ort_version,
+            table_kind=self.table_kind,
             table_source=self.table_source,
             source_opset=self.source_opset,
             chosen_opset=self.chosen_opset,

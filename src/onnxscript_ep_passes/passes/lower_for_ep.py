@@ -190,6 +190,7 @@ def _search(
         ep=table.ep,
         ort_version=table.ort_version,
         table_source=table.source,
+        table_kind=table.kind,
         source_opset=source,
         chosen_opset=chosen.opset,
         candidates={c.key: c.entry(measured.get(c.key)) for c in everyone},

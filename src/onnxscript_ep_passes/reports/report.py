@@ -7,6 +7,8 @@
     {"schema_version": 1,
      "model": the path given (or the graph's name),
      "ep", "ort_version", "ort_version_assumed", "ort_version_requested", "table_source",
+     "table_kind": where the kernel table came from, "live" | "snapshot" | "file" | "none"
+                   (:class:`~onnxscript_ep_passes.ep.kernel_table.TableKind`),
      "objective": {"kind": "estimate" | "measured", "dims": {name: size},
                    "rates": {...}},
      "candidates": [{"opset", "legalized",
@@ -225,6 +227,7 @@ def choice_report(
         "ort_version_assumed": choice.ort_version_assumed,
         "ort_version_requested": choice.ort_version_requested,
         "table_source": choice.table_source,
+        "table_kind": choice.table_kind.value,
         "objective": {
             "kind": "measured"
             if any(c.measurement for c in choice.candidates.values())

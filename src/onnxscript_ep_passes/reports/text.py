@@ -40,6 +40,7 @@ from rich.table import Table
 from rich.text import Text
 
 from onnxscript_ep_passes.core.display import shown, shown_lines
+from onnxscript_ep_passes.ep.kernel_table import TableKind
 from onnxscript_ep_passes.lowering.lower_opset import MIN_TARGET_OPSET
 from onnxscript_ep_passes.lowering.ort_kernels import ort_only
 from onnxscript_ep_passes.reports.verdict import Figures, ep_display_name, quantity, verdict
@@ -71,6 +72,7 @@ def _verdict(report: dict[str, Any], model_name: str | None) -> str:
     return verdict(
         ep=report["ep"],
         ort_version=report["ort_version"],
+        table_kind=TableKind(report["table_kind"]),
         table_source=report["table_source"],
         source_opset=before["opset"],
         chosen_opset=after["opset"],

@@ -27,7 +27,7 @@ Rules:
 - The EP is named as people say it, by its profile's display name (``CUDA``,
   ``DirectML``, ``WebGPU``), not as ORT's class name.
 
-This module imports only the EP profiles at run time, so the pass, the report and the
+This module imports only the EP profiles and the kernel table's kind at run time, so the pass, the report and the
 command line can all share it.
 """
 
@@ -38,7 +38,7 @@ __all__ = ["Figures", "ep_display_name", "quantity", "table_label", "verdict"]
 import dataclasses
 from typing import TYPE_CHECKING
 
-from onnxscript_ep_passes.ep.kernel_table import source_label
+from onnxscript_ep_passes.ep.kernel_table import TableKind
 from onnxscript_ep_passes.ep.profiles import profile_for
 
 if TYPE_CHECKING:
@@ -52,13 +52,21 @@ def ep_display_name(ep: str) -> str:
     return profile_for(ep).display_name
 
 
-def table_label(ort_version: str, source: str, *, assumed: bool = False) -> str:
+def table_label(
+    ort_version: str, table_kind: TableKind, table_source: str, *, assumed: bool = False
+) -> str:
     """``"ORT 1.32, live table"``, ``"ORT 1.24, snapshot cuda-ort-1.24"``; with
     ``assumed``: ``"ORT main-2026-09 assumed, snapshot ..."``; a snapshot that names no
     release keeps the mark its source carries: ``"snapshot dml-ort-1.24 (not from a
-    release)"``."""
-    kind = source_label(source)
-    return f"ORT {ort_version}{' assumed' if assumed else ''}, {kind}"
+    release)"``. A caller's table, or none, is named by its source (``"file:<path>"``,
+    ``"none: measured"``). The kind is given, never read from the source."""
+    if table_kind is TableKind.LIVE:
+        named = "live table"
+    elif table_kind is TableKind.SNAPSHOT:  # "<name>.tsv", then its marks
+        named = "snapshot " + table_kind.detail(table_source).replace(".tsv", "", 1)
+    else:
+        named = table_source
+    return f"ORT {ort_version}{' assumed' if assumed else ''}, {named}"
 
 
 def quantity(value: float, unit: str) -> str:
@@ -122,6 +130,7 @@ def verdict(
     *,
     ep: str,
     ort_version: str,
+    table_kind: TableKind,
     table_source: str,
     source_opset: int,
     chosen_opset: int,
@@ -135,6 +144,8 @@ def verdict(
     """The verdict line (see the module docstring).
 
     Args:
+        table_kind, table_source: Where the kernel table came from and its text
+            (:func:`table_label`).
         before, after: The predicted figures of the model as given and as lowered.
         expanded: Nodes legalization expanded (0 when not legalized).
         model: Prefix the line with the model's name (its file name, say).
@@ -148,6 +159,7 @@ def verdict(
         opset += f" ({expanded} node{'s' if expanded != 1 else ''} expanded)"
     if done:
         opset += f", {done}"
-    where = f"{ep_display_name(ep)} ({table_label(ort_version, table_source, assumed=assumed)})"
+    table = table_label(ort_version, table_kind, table_source, assumed=assumed)
+    where = f"{ep_display_name(ep)} ({table})"
     line = f"{opset} on {where}: {_figures(before, after)}"
     return f"{model}: {line}" if model else line
