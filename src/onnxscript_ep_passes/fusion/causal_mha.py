@@ -81,9 +81,10 @@ def _shape(node: ir.Node) -> tuple[int, int, int]:
     if any(s is None or len(s) != 4 for s in shapes):
         raise RefusedError("query, key and value are not 4-D (batch, heads, sequence, head size)")
     dims = [shape[axis] for shape in shapes for axis in (1, 3)]  # type: ignore[index]
-    if not all(isinstance(d, int) for d in dims):
+    known = [d for d in dims if isinstance(d, int)]
+    if len(known) != len(dims):
         raise RefusedError("the number of heads or the head size is not known from the shapes")
-    heads, head, kv_heads, k_head, v_heads, v_head = (int(d) for d in dims)
+    heads, head, kv_heads, k_head, v_heads, v_head = known
     if kv_heads != v_heads or len({head, k_head, v_head}) != 1 or heads % kv_heads:
         raise RefusedError(
             f"query/key/value heads {heads}/{kv_heads}/{v_heads} and head sizes "
