@@ -187,9 +187,11 @@ def padding_bias(
         row = add("Where", [kept, zero, const("bias_lowest", lowest)])
         bias4 = add("Unsqueeze", [row, axes])
     else:
-        both = add("And", [add("Unsqueeze", [kept, axes]), keep])
-        row = bias4 = add("Where", [both, zero, const("bias_lowest", lowest)])
-        both.dtype = both.producer().inputs[0].dtype = ir.DataType.BOOL  # type: ignore[union-attr]
+        both = add("And", [add("Unsqueeze", [kept, axes]), keep])  # (batch, 1, seq, total)
+        bias = add("Where", [both, zero, const("bias_lowest", lowest)])
+        both.dtype = both.producer().inputs[0].dtype = kept.dtype = ir.DataType.BOOL  # type: ignore[union-attr]
+        bias.dtype = dtype
+        return bias
     one = const("one_1d", np.array([1], np.int64))
     shape = add("Concat", [batch, one, seq, total], axis=0)
     bias = add("Expand", [bias4, shape])

@@ -25,9 +25,10 @@ semantics cannot differ; grouped KV heads are repeated in place before it
 (``Unsqueeze`` axis 2, ``Expand`` by a constant, ``Reshape``: head ``h`` reads KV head
 ``h // (H / Hkv)``, as ONNX Attention's grouping). Its ``attention_bias`` is
 ``[B, 1, S, total]``: 0 where the proven mask keeps the key, the lowest float elsewhere,
-built once for all layers from ``attention_mask`` with ``Trilu`` on a ``[S, total]`` ones
-tensor (``k = total - S``; a window ``W`` removes ``Trilu(k = total - S - W)``), ``And``
-with ``attention_mask != 0`` and ``Where``. A query that sees no key (a left-padded row's first tokens) gets 0, as ONNX
+built once for all layers from ``attention_mask`` with float ops the EP runs (no int64
+arithmetic, which ORT puts on the CPU): the distances from the end ``total - j`` and
+``S - i`` (``CumSum`` of ones, reversed), ``S - i <= total - j`` (causal; a window ``W``
+adds ``total - j < S - i + W``), ``And`` with ``attention_mask != 0`` and ``Where``. A query that sees no key (a left-padded row's first tokens) gets 0, as ONNX
 ``Attention`` gives on the CPU EP (``MultiHeadAttention`` averages every value there): the
 output is multiplied by ``1 - max_j(bias) / lowest`` (0 or 1). The scale is the
 Attention's (default ``1/sqrt(head_size)``).
@@ -137,20 +138,29 @@ class _Builder:
         batch = add("Shape", [q], start=0, end=1)
         seq = add("Shape", [q], start=2, end=3)
         total = add("Shape", [k], start=2, end=3)
-        square = add("Concat", [seq, total], axis=0)
-        ones = add("Expand", [self.const("one", np.array(1, dtype.numpy())), square])
-        difference = add("Sub", [total, seq])
-        offset = add("Squeeze", [difference])
-        keep = add("Cast", [add("Trilu", [ones, offset], upper=0)], to=boolean)
-        typed = [(batch, int64), (seq, int64), (total, int64), (square, int64), (ones, dtype)]
-        typed += [(difference, int64), (offset, int64), (keep, boolean)]
-        if window is not None:
-            far = add("Sub", [offset, self.const("window", np.array(window, np.int64))])
-            outside = add("Cast", [add("Trilu", [ones, far], upper=0)], to=boolean)
-            keep = add("And", [keep, add("Not", [outside])])
-            typed += [(far, int64), (outside, boolean), (keep, boolean)]
-        for value, value_type in typed:
+        one = self.const("one", np.array(1, dtype.numpy()))
+        axis0 = self.const("axis0", np.array(0, np.int64))
+        axes0 = self.const("axes0", np.array([0], np.int64))
+
+        def countdown(length: ir.Value) -> ir.Value:
+            """``[n, n - 1, ..., 1]`` (float: exact below 2**24 positions)."""
+            counts = add("CumSum", [add("Expand", [one, length]), axis0], reverse=1)
+            counts.dtype = counts.producer().inputs[0].dtype = dtype  # type: ignore[union-attr]
+            return counts
+
+        # key j is at total - j from the end, query i at S - i: j <= past + i iff
+        # S - i <= total - j, and j > past + i - W iff total - j < S - i + W
+        keys = add("Unsqueeze", [countdown(total), axes0])
+        queries = add("Unsqueeze", [countdown(seq), self.const("axis1", np.array([1], np.int64))])
+        keep = add("LessOrEqual", [queries, keys])
+        for value, value_type in ((batch, int64), (seq, int64), (total, int64), (keep, boolean)):
             value.dtype = value_type
+        keys.dtype = queries.dtype = dtype
+        if window is not None:
+            reach = add("Add", [queries, self.const("window", np.array(window, dtype.numpy()))])
+            near = add("Less", [keys, reach])
+            keep = add("And", [keep, near])
+            reach.dtype, near.dtype, keep.dtype = dtype, boolean, boolean
         if self.mask is not None:
             bias = padding_bias(self.const, add, self.mask, dtype, (batch, seq, total), keep)
             lowest = np.array(np.finfo(dtype.numpy()).min, dtype.numpy())
