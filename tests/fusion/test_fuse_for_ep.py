@@ -112,6 +112,8 @@ def test_every_fusion_has_a_tolerance_and_a_fused_op() -> None:
         "skip_layer_normalization",
         "fast_gelu",
         "bias_gelu",
+        "sliced_position_gather",
+        "uniform_index_gather",
         "group_query_attention",
         "causal_multi_head_attention",
         "causal_multi_head_attention_padded_heads",

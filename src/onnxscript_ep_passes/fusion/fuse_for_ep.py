@@ -33,6 +33,7 @@ from __future__ import annotations
 __all__ = [
     "ACTIVATION_FUSIONS",
     "ATTENTION_FUSIONS",
+    "EMBEDDING_FUSIONS",
     "FUSIONS",
     "NORM_FUSIONS",
     "FuseForEpPass",
@@ -58,6 +59,10 @@ from onnxscript_ep_passes.ep.target import EpTarget, TargetRequest
 from onnxscript_ep_passes.fusion.activation import fuse_bias_gelu, fuse_fast_gelu
 from onnxscript_ep_passes.fusion.attention import fuse_attention_to_gqa
 from onnxscript_ep_passes.fusion.causal_mha import fuse_causal_attention_to_mha
+from onnxscript_ep_passes.fusion.embedding import (
+    fuse_sliced_position_gather,
+    fuse_uniform_index_gather,
+)
 from onnxscript_ep_passes.fusion.evaluate import Sizes
 from onnxscript_ep_passes.fusion.multi_head import fuse_attention_to_mha
 from onnxscript_ep_passes.fusion.normalization import (
@@ -141,6 +146,13 @@ ACTIVATION_FUSIONS: tuple[FusionSpec, ...] = (
 )
 """Gelu fusions (only to a fused op that is the same function); run after the lowering."""
 
+EMBEDDING_FUSIONS: tuple[FusionSpec, ...] = (
+    FusionSpec("sliced_position_gather", "", "Slice", _simple(fuse_sliced_position_gather), 1e-4),
+    FusionSpec("uniform_index_gather", "", "Gather", _simple(fuse_uniform_index_gather), 1e-4),
+)
+"""Embedding lookups by constant indices, read from the float table instead (exact: no
+int64 index arithmetic left on the host); run after the lowering."""
+
 ATTENTION_FUSIONS: tuple[FusionSpec, ...] = (
     FusionSpec("group_query_attention", "com.microsoft", "GroupQueryAttention", _gqa, 1e-3),
     FusionSpec(
@@ -165,7 +177,7 @@ by GroupQueryAttention (refused, or dropped by the verification) is tried as cau
 MultiHeadAttention, then as the same with padded heads
 (:mod:`~onnxscript_ep_passes.fusion.causal_mha`); an encoder's as MultiHeadAttention."""
 
-FUSIONS = NORM_FUSIONS + ACTIVATION_FUSIONS + ATTENTION_FUSIONS
+FUSIONS = NORM_FUSIONS + ACTIVATION_FUSIONS + EMBEDDING_FUSIONS + ATTENTION_FUSIONS
 """Every fusion, in the order :class:`FuseForEpPass` tries them by default."""
 
 
