@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxscript_ep_passes.ep import get_table, load_snapshot
 from onnxscript_ep_passes.fusion import FUSIONS, FuseForEpPass, FusionResult, FusionSpec
+from onnxscript_ep_passes.fusion.fuse_for_ep import ATTENTION_FUSIONS
 from tests.torch_models import llm_export
 
 torch_export = [pytest.mark.torch, pytest.mark.filterwarnings("ignore::FutureWarning")]
@@ -48,7 +49,10 @@ def test_webgpu_table_fuses_attention_and_norms_with_verified_differences() -> N
 @pytest.mark.filterwarnings("ignore::FutureWarning")
 def test_an_ep_without_the_fused_kernels_keeps_the_onnx_form() -> None:
     # CUDA 1.24 (the release's own table) registers com.microsoft::GroupQueryAttention for
-    # float16 only: the float32 export keeps its ONNX form, and the record says why.
+    # float16 only: the float32 export gets no GroupQueryAttention, and the record says why;
+    # its MultiHeadAttention takes float32, so the causal fallback fuses the attention (the
+    # plain form: verified on the CPU EP alone here, where it is exact). Without that
+    # kernel too, the ONNX form stays.
     model = ir.from_proto(llm_export("llama", 24))
     fusing = FuseForEpPass("cuda", table=get_table("cuda", "1.24"), max_length=128, check_ep=False)
     records = _records(fusing(model))
@@ -56,6 +60,12 @@ def test_an_ep_without_the_fused_kernels_keeps_the_onnx_form() -> None:
     assert not gqa["kept"] and gqa["count"] == 0
     assert "tensor(float) not supported for T" in gqa["reason"], gqa["reason"]
     assert not any(n.op_type == "GroupQueryAttention" for n in model.graph)
+    assert records["causal_multi_head_attention"]["kept"]
+    assert sum(n.op_type == "MultiHeadAttention" for n in model.graph) == 4
+    model = ir.from_proto(llm_export("llama", 24))
+    attention = tuple(f for f in ATTENTION_FUSIONS if f.op != "MultiHeadAttention")
+    table = get_table("cuda", "1.24")
+    FuseForEpPass("cuda", table=table, max_length=128, fusions=attention, check_ep=False)(model)
     assert sum(n.op_type == "Attention" for n in model.graph) == 4
 
 
@@ -105,6 +115,8 @@ def test_every_fusion_has_a_tolerance_and_a_fused_op() -> None:
         "sliced_position_gather",
         "uniform_index_gather",
         "group_query_attention",
+        "causal_multi_head_attention",
+        "causal_multi_head_attention_padded_heads",
         "multi_head_attention",
     ]
     assert all(0 < f.tolerance <= 1e-3 for f in FUSIONS)

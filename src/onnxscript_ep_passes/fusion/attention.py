@@ -172,16 +172,26 @@ def padding_bias(
     mask: ir.Value,
     dtype: ir.DataType,
     sizes: tuple[ir.Value, ir.Value, ir.Value],
+    keep: ir.Value | None = None,
 ) -> ir.Value:
     """``attention_bias[b, 0, i, j]`` of shape ``(batch, 1, seq, total)`` (``sizes``, 1-D
-    int64): 0 where ``attention_mask[b, j]`` is set, the lowest float elsewhere (any
-    padding: left, right or holes). ``add(op, inputs, **attributes)`` makes each node."""
+    int64): 0 where ``attention_mask[b, j]`` is set (and, given ``keep``, a bool
+    ``(seq, total)``, ``keep[i, j]``), the lowest float elsewhere (any padding: left, right
+    or holes). ``add(op, inputs, **attributes)`` makes each node."""
     batch, seq, total = sizes
     lowest = np.array(np.finfo(dtype.numpy()).min, dtype.numpy())
     kept = add("Cast", [mask], to=ir.DataType.BOOL)
     zero = const("bias_zero", np.array(0, dtype.numpy()))
-    row = add("Where", [kept, zero, const("bias_lowest", lowest)])
-    bias4 = add("Unsqueeze", [row, const("axes12", np.array([1, 2], np.int64))])
+    axes = const("axes12", np.array([1, 2], np.int64))
+    if keep is None:
+        row = add("Where", [kept, zero, const("bias_lowest", lowest)])
+        bias4 = add("Unsqueeze", [row, axes])
+    else:
+        both = add("And", [add("Unsqueeze", [kept, axes]), keep])  # (batch, 1, seq, total)
+        bias = add("Where", [both, zero, const("bias_lowest", lowest)])
+        both.dtype = both.producer().inputs[0].dtype = kept.dtype = ir.DataType.BOOL  # type: ignore[union-attr]
+        bias.dtype = dtype
+        return bias
     one = const("one_1d", np.array([1], np.int64))
     shape = add("Concat", [batch, one, seq, total], axis=0)
     bias = add("Expand", [bias4, shape])

@@ -58,6 +58,7 @@ from onnxscript_ep_passes.ep.profiles import EpProfile
 from onnxscript_ep_passes.ep.target import EpTarget, TargetRequest
 from onnxscript_ep_passes.fusion.activation import fuse_bias_gelu, fuse_fast_gelu
 from onnxscript_ep_passes.fusion.attention import fuse_attention_to_gqa
+from onnxscript_ep_passes.fusion.causal_mha import fuse_causal_attention_to_mha
 from onnxscript_ep_passes.fusion.embedding import (
     fuse_sliced_position_gather,
     fuse_uniform_index_gather,
@@ -107,6 +108,14 @@ def _mha(model: ir.Model, max_length: int) -> tuple[int, dict[str, str]]:
     return result.fused, result.refused
 
 
+def _causal_mha(pad_heads: bool) -> Callable[[ir.Model, int], tuple[int, dict[str, str]]]:
+    def apply(model: ir.Model, max_length: int) -> tuple[int, dict[str, str]]:
+        result = fuse_causal_attention_to_mha(model, max_length=max_length, pad_heads=pad_heads)
+        return result.fused, result.refused
+
+    return apply
+
+
 NORM_FUSIONS: tuple[FusionSpec, ...] = (
     FusionSpec(
         "rms_normalization_23", "", "SimplifiedLayerNormalization", _simple(rms_to_simplified), 1e-4
@@ -146,10 +155,27 @@ int64 index arithmetic left on the host); run after the lowering."""
 
 ATTENTION_FUSIONS: tuple[FusionSpec, ...] = (
     FusionSpec("group_query_attention", "com.microsoft", "GroupQueryAttention", _gqa, 1e-3),
+    FusionSpec(
+        "causal_multi_head_attention",
+        "com.microsoft",
+        "MultiHeadAttention",
+        _causal_mha(pad_heads=False),
+        1e-3,
+    ),
+    FusionSpec(
+        "causal_multi_head_attention_padded_heads",
+        "com.microsoft",
+        "MultiHeadAttention",
+        _causal_mha(pad_heads=True),
+        1e-3,
+    ),
     FusionSpec("multi_head_attention", "com.microsoft", "MultiHeadAttention", _mha, 1e-3),
 )
 """Attention fusions: run before the lowering, whose legalization would otherwise expand
-ai.onnx Attention on an EP without an Attention kernel."""
+ai.onnx Attention on an EP without an Attention kernel. A decoder's attention left unfused
+by GroupQueryAttention (refused, or dropped by the verification) is tried as causal
+MultiHeadAttention, then as the same with padded heads
+(:mod:`~onnxscript_ep_passes.fusion.causal_mha`); an encoder's as MultiHeadAttention."""
 
 FUSIONS = NORM_FUSIONS + ACTIVATION_FUSIONS + EMBEDDING_FUSIONS + ATTENTION_FUSIONS
 """Every fusion, in the order :class:`FuseForEpPass` tries them by default."""
