@@ -239,8 +239,9 @@ class TypeOracle:
         model, graph = self._model, self._model.graph
         proto = self._model_proto(_weight_free_graph(graph, []))
         proto.functions.extend(ir.serde.serialize_function(f) for f in model.functions.values())
+        data_prop = _data_propagation_is_bounded(proto)
         try:
-            types = infer_model_types(proto)
+            types = infer_model_types(proto, data_prop=data_prop)
         except Exception as error:
             logger.warning("ONNX shape inference failed: %s", error)
             return {}
@@ -346,17 +347,19 @@ class TypeOracle:
 
 
 def infer_model_types(
-    proto: onnx.ModelProto, *, subgraphs: bool = True
+    proto: onnx.ModelProto, *, subgraphs: bool = True, data_prop: bool | None = None
 ) -> dict[str, onnx.TypeProto]:
     """The types ONNX's shape inference gives the values of ``proto`` (a weight-free
     model: :func:`weight_free_model_proto`), by name, as :class:`TypeOracle` infers them:
-    with data propagation when it is bounded, retried without when that fails.
-    ``subgraphs=False``: the caller knows that no node holds a graph (nothing is walked
-    for them).
+    with data propagation when it is bounded (``data_prop``: the caller has told), retried
+    without when that fails. ``subgraphs=False``: the caller knows that no node holds a
+    graph (nothing is walked for them).
 
-    Raises what inference raises when it fails without data propagation too.
+    Raises what inference raises when it fails without data propagation too, and what
+    telling whether data propagation is bounded raises.
     """
-    data_prop = _data_propagation_is_bounded(proto, subgraphs=subgraphs)
+    if data_prop is None:
+        data_prop = _data_propagation_is_bounded(proto, subgraphs=subgraphs)
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, data_prop=data_prop)
     except Exception:
