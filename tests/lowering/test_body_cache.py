@@ -225,3 +225,31 @@ def test_a_constant_that_inference_reads_is_inferred_again() -> None:
     assert shapes == ["ReduceSum:[2,1,4]", "ReduceSum:[2,3,1]"]
     assert _expanded_shapes(proto) == (expected, shapes)  # r2 copies r1's template
     assert _expanded_shapes(proto) == (expected, shapes)  # both from the cache
+
+
+def test_exact_copies_are_lowered_once_per_template(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The nodes of an exact body copy are not lowered again once a copy of the same
+    template was lowered and left as it was (lower_opset rule 2): on the decoder at 22
+    the body nodes are lowered about once per template, not once per layer, and the
+    model is byte for byte the one the uncached path (every body lowered) builds."""
+    from onnxscript_ep_passes.lowering.lower_opset import _Lowering
+
+    proto = _decoder(tmp_path)
+    lowered: collections.Counter[str] = collections.Counter()
+    original = _Lowering._lower_built
+
+    def counting(self: Any, node: ir.Node, opset: int, scope: str) -> None:
+        lowered["cached" if body_cache._enabled[0] else "uncached"] += 1
+        original(self, node, opset, scope)
+
+    monkeypatch.setattr(_Lowering, "_lower_built", counting)
+    expected = _uncached(proto, 22)
+    assert _lowered(proto, 22) == expected
+    expansions = sum(
+        n.op_type in ("Attention", "RMSNormalization", "RotaryEmbedding") for n in proto.graph.node
+    )
+    assert expansions >= 6
+    # Uncached: every body node of every expansion; cached: the first copy's only.
+    assert lowered["uncached"] > 2 * lowered["cached"] > 0, lowered

@@ -18,7 +18,10 @@ F, F16, I64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64
 
 
 def _model(
-    *, value_info: bool = True, extra: list[onnx.NodeProto] | None = None
+    *,
+    value_info: bool = True,
+    extra: list[onnx.NodeProto] | None = None,
+    extra_opsets: dict[str, int] | None = None,
 ) -> onnx.ModelProto:
     nodes = [
         oh.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
@@ -35,6 +38,7 @@ def _model(
         [tensor_info("y", F, [6, 2])],
         24,
         initializers=[oh.make_tensor("shape", I64, [2], [2, 6])],
+        extra_opsets=extra_opsets,
     )
     if value_info:
         model.graph.value_info.extend(
@@ -61,9 +65,11 @@ def _nodes(proto: onnx.ModelProto) -> list[tuple[object, ...]]:
     ]
 
 
+@pytest.mark.parametrize("value_info", [True, False])
 @pytest.mark.parametrize("target", [23, 21, 19])
-def test_same_model_as_the_full_pass(target: int) -> None:
-    proto = _model()
+def test_same_model_as_the_full_pass(target: int, value_info: bool) -> None:
+    """Declared types, or (no value_info) the types shape inference gives (rule 1)."""
+    proto = _model(value_info=value_info)
     expected = _full_pass(proto, target)
     fast = onnx.ModelProto()
     fast.CopyFrom(proto)
@@ -79,7 +85,7 @@ def test_same_model_as_the_full_pass(target: int) -> None:
 @pytest.mark.parametrize(
     "case",
     [
-        "undeclared type",  # the full pass infers it
+        "uninferable type",  # a custom op's output: unknown, the full pass refuses it
         "declared twice",  # two value_info entries disagree: unknown, the full pass infers it
         "refused",  # Cast to float8e8m0: the full pass lists the refusal
         "rewrite",  # Swish-24: a hand-written expansion
@@ -90,7 +96,14 @@ def test_same_model_as_the_full_pass(target: int) -> None:
 )
 def test_full_pass_cases_leave_the_proto_untouched(case: str) -> None:
     extra: list[onnx.NodeProto] = []
-    if case == "refused":
+    opsets = None
+    if case == "uninferable type":
+        extra = [
+            oh.make_node("Custom", ["y"], ["u"], name="custom", domain="test.custom"),
+            oh.make_node("Transpose", ["u"], ["z"], name="after_custom", perm=[1, 0]),
+        ]
+        opsets = {"test.custom": 1}
+    elif case == "refused":
         extra = [oh.make_node("Cast", ["y"], ["z"], name="e8m0", to=TensorProto.FLOAT8E8M0)]
     elif case == "rewrite":
         extra = [oh.make_node("Swish", ["y"], ["z"], name="swish")]
@@ -99,7 +112,7 @@ def test_full_pass_cases_leave_the_proto_untouched(case: str) -> None:
             [oh.make_node("Identity", ["y"], ["b"])], "b", [], [tensor_info("b", F, [6, 2])]
         )
         extra = [oh.make_node("If", ["cond"], ["z"], then_branch=branch, else_branch=branch)]
-    proto = _model(value_info=case != "undeclared type", extra=extra)
+    proto = _model(value_info=case != "uninferable type", extra=extra, extra_opsets=opsets)
     if case == "declared twice":
         proto.graph.value_info.append(tensor_info("t", F16, [6, 2]))
     if case == "function":
@@ -135,10 +148,12 @@ def test_attention_24_without_nonpad_kv_seqlen_keeps_its_node() -> None:
     onnx.checker.check_model(proto, full_check=True)
 
 
-def test_agrees_with_the_full_pass_on_every_step() -> None:
+@pytest.mark.parametrize("value_info", [True, False])
+def test_agrees_with_the_full_pass_on_every_step(value_info: bool) -> None:
     """Differential check over the registry: for the realistic models of each step (types
-    inferred and declared), whenever the fast path answers True the full pass gives the
-    same nodes, opset and IR version; when it answers False the proto is untouched."""
+    declared in value_info, or, without it, left to the whole-graph inference of rule 1),
+    whenever the fast path answers True the full pass gives the same nodes, opset and IR
+    version (and no refusal); when it answers False the proto is untouched."""
     from onnxscript_ep_passes.lowering.registry import DEFAULT_REGISTRY
     from tests.lowering.backend_cases import benign_models
     from tests.lowering.test_type_rules import ONE_STEP_CASES  # the same, cached, models
@@ -148,6 +163,8 @@ def test_agrees_with_the_full_pass_on_every_step() -> None:
         steps = (entry.op_type, entry.version, entry.version - 1, ONE_STEP_CASES)
         for case in benign_models(*steps):
             model = onnx.shape_inference.infer_shapes(case.model)
+            if not value_info:
+                model.graph.ClearField("value_info")
             fast = onnx.ModelProto()
             fast.CopyFrom(model)
             if not try_lower_proto(fast, entry.version - 1):
@@ -191,3 +208,39 @@ def test_nodes_alike_share_a_verdict_and_only_they(odd: str | None) -> None:
     assert _nodes(proto) == _nodes(expected)
     assert all(sorted(a.name for a in n.attribute) == ["to"] for n in proto.graph.node)
     onnx.checker.check_model(proto, full_check=True)
+
+
+def test_types_only_inference_tells_are_inferred_once_for_the_graph(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without value_info, a chain of type-rule steps takes the fast path with one
+    whole-graph shape inference, none per node; with value_info, none at all."""
+    calls: list[int] = []
+    original = onnx.shape_inference.infer_shapes
+
+    def counting(model: onnx.ModelProto, *args: object, **kwargs: object) -> onnx.ModelProto:
+        calls.append(len(model.graph.node))
+        return original(model, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", counting)
+    chain = [oh.make_node("Reshape", ["x", "shape"], ["r0"], name="reshape0")]
+    for i in range(20):
+        chain.append(oh.make_node("Transpose", [f"r{i}"], [f"t{i}"], name=f"t{i}", perm=[1, 0]))
+        chain.append(oh.make_node("Transpose", [f"t{i}"], [f"r{i + 1}"], name=f"b{i}", perm=[1, 0]))
+    proto = make_model(
+        chain,
+        [tensor_info("x", F, [2, 6])],
+        [tensor_info("r20", F, [2, 6])],
+        24,
+        initializers=[oh.make_tensor("shape", I64, [2], [2, 6])],
+    )
+    expected = _full_pass(proto, 23)  # its oracle infers once too
+    calls.clear()
+    assert try_lower_proto(proto, 23)
+    assert calls == [len(chain)]
+    assert _nodes(proto) == _nodes(expected)
+    calls.clear()
+    declared = onnx.shape_inference.infer_shapes(_model())
+    calls.clear()
+    assert try_lower_proto(declared, 23)
+    assert calls == []

@@ -34,7 +34,7 @@ import onnx_ir as ir
 from onnxscript_ep_passes.core.onnx_utils import attributes_key
 from onnxscript_ep_passes.lowering.body_site import BodySite
 from onnxscript_ep_passes.lowering.body_template import BodyTemplate
-from onnxscript_ep_passes.lowering.types import known_type, small_constant_proto
+from onnxscript_ep_passes.lowering.types import holds_small_constant, known_type
 
 MAX_ENTRIES = 512
 
@@ -66,7 +66,7 @@ def expansion_key(ctx: BodySite, body_version: int | None) -> BodyKey | None:
             (
                 first_by_name.setdefault(name, index) if name else None,
                 type_key,
-                small_constant_proto(value) is not None,
+                holds_small_constant(value),
             )
         )
     return (

@@ -1,4 +1,4 @@
-"""What the function-body modules need of the node being lowered: six members, no more.
+"""What the function-body modules need of the node being lowered: seven members, no more.
 
 :class:`BodySite` is the part of :class:`~onnxscript_ep_passes.lowering.context.DowngradeContext`
 that expanding a node into its schema's function body reads (:mod:`.function_body`,
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 __all__ = ["BodySite"]
 
+from collections.abc import Sequence
 from typing import NoReturn, Protocol
 
 import onnx_ir as ir
@@ -41,4 +42,9 @@ class BodySite(Protocol):
 
     def fresh_name(self, op_type: str) -> str:
         """A node name unused in the model."""
+        ...
+
+    def copied_body(self, template: object, nodes: Sequence[ir.Node]) -> None:
+        """``nodes``, just inserted, are a copy of body template ``template`` carrying its
+        recorded types: what lowering one such copy's nodes did, it does to each."""
         ...

@@ -15,7 +15,9 @@ Rules:
 * The first copy's output types are inferred by the context, node by node.
   :meth:`BodyTemplate.record_types` keeps them when every one is known; later copies
   then get equal, fresh type objects and equal shapes (a frozen shape, as inference
-  gives, is shared) and are not inferred again. Reusing a
+  gives, is shared) and are not inferred again; :meth:`BodyTemplate.insert` says when a
+  copy got them all (an exact copy: the caller may then reuse what it did to the nodes
+  of an earlier exact copy, :meth:`.BodySite.copied_body`). Reusing a
   template is right only for a node whose signature (:mod:`.body_cache`) fixes
   everything the body and that inference read.
 """
@@ -32,7 +34,7 @@ import onnx_ir as ir
 
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.body_site import BodySite
-from onnxscript_ep_passes.lowering.types import known_type, small_constant_proto
+from onnxscript_ep_passes.lowering.types import holds_small_constant, known_type
 
 # A value of the body: (-1, i) is the node's input i; (j, k) is output k of body node j.
 _Ref = tuple[int, int]
@@ -103,8 +105,9 @@ class BodyTemplate:
         outputs = [refs.get(out) for out in function.outputs[:node_outputs]]
         return cls(opset, nodes, outputs, proto.output)
 
-    def insert(self, ctx: BodySite) -> tuple[list[ir.Node], list[ir.Value | None]]:
-        """Build the body before ``ctx.node``; return the nodes and the node's output values.
+    def insert(self, ctx: BodySite) -> tuple[list[ir.Node], list[ir.Value | None], bool]:
+        """Build the body before ``ctx.node``; return the nodes, the node's output values
+        and whether every node got the recorded types (an exact copy).
 
         With recorded types, a body node reading an input of the node that holds a small
         constant is still inferred (inference may read the value); should its types
@@ -116,7 +119,7 @@ class BodyTemplate:
         data = {
             position
             for position, value in enumerate(inputs)
-            if value is not None and small_constant_proto(value) is not None
+            if value is not None and holds_small_constant(value)
         }
 
         def value(ref: _Ref | None) -> ir.Value | None:
@@ -148,7 +151,8 @@ class BodyTemplate:
             if types is not None and reads_data and not _same_types(new, types[index]):
                 types = None
             built.append(new)
-        return built, [value(ref) for ref in self._outputs]
+        exact = self._types is not None and types is not None
+        return built, [value(ref) for ref in self._outputs], exact
 
     def record_types(self, built: Sequence[ir.Node]) -> None:
         """Keep the output types ``built`` (this template's first copy) got, if all known."""

@@ -100,6 +100,8 @@ class DowngradeContext:
         self._oracle = oracle
         # Nodes built so far, each with the opset it is read at; the pass lowers them next.
         self.built: list[tuple[ir.Node, int]] = []
+        # The runs of ``built`` that copy a body template with its types (copied_body).
+        self.copies: list[tuple[object, list[ir.Node]]] = []
         self._names = names if names is not None else NodeNames(node.graph)
 
     # -- reading the node -------------------------------------------------------------
@@ -190,9 +192,19 @@ class DowngradeContext:
         self.built.append((node, opset))
 
     def constant(self, value: np.ndarray | float | int | bool, dtype: Any = None) -> ir.Value:
-        """A Constant node holding ``value`` (a numpy array or scalar)."""
-        array = np.asarray(value, dtype=dtype)
-        return self.op("Constant", [], value=ir.tensor(array))
+        """A Constant node holding ``value`` (a numpy array or scalar).
+
+        Its output gets the tensor's type and shape, as ONNX's inference of a Constant
+        with a ``value`` attribute gives them, without running it.
+        """
+        tensor = ir.tensor(np.asarray(value, dtype=dtype))
+        node = ir.Node(
+            "", "Constant", [], [ir.AttrTensor("value", tensor)], name=self.fresh_name("Constant")
+        )
+        out = node.outputs[0]
+        out.type, out.shape = ir.TensorType(tensor.dtype), ir.Shape(tensor.shape.numpy())
+        self.insert(node, self.opset, infer=False)
+        return out
 
     def constant_like(self, value: float | int, like: ir.Value) -> ir.Value:
         """A scalar constant with the element type of ``like``."""
@@ -202,6 +214,10 @@ class DowngradeContext:
     def expand_function(self) -> list[ir.Value | None]:
         """Replace the node by its ONNX function body (see :mod:`.function_body`)."""
         return expand_function_body(self)
+
+    def copied_body(self, template: object, nodes: Sequence[ir.Node]) -> None:
+        """Note that ``nodes`` (the last inserted) copy ``template`` with its types."""
+        self.copies.append((template, list(nodes)))
 
     def fresh_name(self, op_type: str) -> str:
         """A node name unused in the model, derived from the lowered node's."""

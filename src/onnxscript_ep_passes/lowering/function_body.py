@@ -13,7 +13,8 @@ Rules:
 * :func:`expand_function_body` reads the body into a template (:mod:`.body_template`)
   once per signature (:mod:`.body_cache`); a node with a signature seen before gets a
   copy of that template, with the output types the first copy was inferred to have:
-  exactly the nodes the first path builds.
+  exactly the nodes the first path builds. Each copy with those types is told to the
+  context (:meth:`.BodySite.copied_body`).
 
 This module needs the context only by its methods (its type is imported for checking
 alone), so the context can offer :meth:`DowngradeContext.expand_function` without an
@@ -149,12 +150,17 @@ def expand_function_body(ctx: BodySite, body_version: int | None = None) -> list
     template = body_cache.lookup(key)
     if template is not None:
         _check_outputs_built(ctx, template.built_outputs)
-        return template.insert(ctx)[1]
+        built, values, exact = template.insert(ctx)
+        if exact:
+            ctx.copied_body(template, built)
+        return values
     proto = function_body(ctx, body_version)
     opset = body_opset(proto, ctx.version if body_version is None else body_version)
     attributes = bound_attributes(ctx.node, ctx.version)
     template = BodyTemplate.from_proto(ctx, proto, opset, attributes)
-    built, values = template.insert(ctx)
+    built, values, _ = template.insert(ctx)
     template.record_types(built)
+    if template.typed:  # the types it recorded are this copy's
+        ctx.copied_body(template, built)
     body_cache.store(key, template)
     return values

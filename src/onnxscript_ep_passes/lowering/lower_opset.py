@@ -9,7 +9,9 @@ Rules the pass follows:
    attribute that cannot matter, rewrites the node exactly, or refuses).
 2. Nodes an adapter builds are read at the opset the adapter wrote them in and are
    lowered in turn, so a rewrite or a function-body expansion succeeds only when every
-   node it produces reaches the target too.
+   node it produces reaches the target too. An exact copy of a function body expanded
+   before (same nodes, attributes and types) is lowered once per run: when lowering
+   one copy left every node as it was, later copies are left so without looking.
 3. Every node is reached: the main graph, If/Loop/Scan bodies at any depth, and
    model-local functions (lowered from their own opset import). Functions are kept.
 4. All refusals are collected; if there is any, :class:`DowngradeError` lists them all
@@ -105,6 +107,8 @@ class _Lowering:
         self._dead_set: set[ir.Node] = set()
         self._lent_shapes: list[ir.Value] = []
         self._used_initializers: list[tuple[ir.Graph, ir.Value]] = []
+        # Body templates whose exact copies lowering leaves as they are (_lower_each_built).
+        self._settled: dict[object, bool] = {}
         self.versioned = True  # whether a main-graph node had a per-node version (run())
 
     def run(self) -> None:
@@ -199,8 +203,7 @@ class _Lowering:
                     len(built),
                 )
             outer, self._origin = self._origin, self._origin or (node, start, version)
-            for new_node, new_opset in built:
-                self._lower_built(new_node, new_opset, scope)
+            self._lower_each_built(ctx, scope)
             self._origin = outer
             if result is not None:
                 return
@@ -282,8 +285,46 @@ class _Lowering:
             node.name,
             self.target,
         )
-        for new_node, new_opset in ctx.built:
-            self._lower_built(new_node, new_opset, scope)
+        self._lower_each_built(ctx, scope)
+
+    def _lower_each_built(self, ctx: DowngradeContext, scope: str) -> None:
+        """Lower the nodes ``ctx`` built, in order (rule 2). The nodes of an exact copy of a
+        function-body template (same nodes, attributes and types as an earlier copy in
+        this run, :meth:`DowngradeContext.copied_body`) are skipped when lowering that
+        earlier copy's nodes left them exactly as they were: no refusal, no rewrite, no
+        node built, replaced or carried; the same lookups on the same types give the
+        same answers."""
+        copies = {nodes[0]: (template, nodes) for template, nodes in ctx.copies if nodes}
+        built = ctx.built
+        index = 0
+        while index < len(built):
+            node, opset = built[index]
+            copy = copies.get(node)
+            if copy is None:
+                self._lower_built(node, opset, scope)
+                index += 1
+                continue
+            template, nodes = copy
+            run = built[index : index + len(nodes)]
+            assert [n for n, _ in run] == nodes, "a body copy is built in one run"
+            index += len(nodes)
+            if self._settled.get(template):
+                continue
+            before = self._progress()
+            for node, opset in run:
+                self._lower_built(node, opset, scope)
+            self._settled[template] = self._progress() == before
+
+    def _progress(self) -> tuple[int, ...]:
+        """What lowering a node can add to (:meth:`_lower_each_built`)."""
+        return (
+            len(self.refusals),
+            len(self.rewritten),
+            len(self.carried),
+            len(self.built_nodes),
+            len(self._dead),
+            len(self._lent_shapes),
+        )
 
     def _replace(
         self, node: ir.Node, values: Sequence[ir.Value | None], ctx: DowngradeContext

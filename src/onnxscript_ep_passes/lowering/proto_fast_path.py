@@ -15,16 +15,26 @@ Rules:
    registry's rules (the same lookup as the full pass) of two kinds:
 
    - derived type rules, each checked on the types the proto declares (graph inputs,
-     outputs, ``value_info``, initializers): the same check on the same types;
+     outputs, ``value_info``, initializers) and, for a value declaring none, on the type
+     ONNX's shape inference gives it: the same check on the same types as the full pass;
    - hand-written adapters (Cast-24 drops ``round_mode``, Attention-24 without
      ``nonpad_kv_seqlen`` keeps the node ...), run as they are on an IR copy of that one
-     node, its values carrying their declared types and shapes (no constant values, every
-     output counted as used: the adapter can only be more cautious than in the model);
-     accepted only when the adapter built nothing, replaced nothing and at most removed
-     attributes or trailing empty inputs, which are then removed from the proto node.
+     node, its values carrying their types and shapes as the full pass gives them
+     (declared, else inferred; an inferred shape only for the inputs of a step the pass
+     lends shapes to), no constant values, every output counted as used: the adapter can
+     only be more cautious than in the model; accepted only when the adapter built
+     nothing, replaced nothing and at most removed attributes or trailing empty inputs,
+     which are then removed from the proto node.
+
+   Inference runs at most once, over the whole graph, only when a value read lacks
+   what is read, and on what the full pass's oracle infers from
+   (:func:`~.types.weight_free_model_proto`, :func:`~.types.infer_model_types`): the
+   graph without ``value_info``, its large initializers as typed inputs, so no weight
+   is read or serialized. Its types are those the full pass would read.
 2. Anything else leaves ``proto`` untouched and answers False, so that the caller runs
-   the full pass: model-local functions, subgraphs (If/Loop/Scan), a type only shape
-   inference could tell, a step with a hand-written adapter, a node that would be
+   the full pass: model-local functions, subgraphs (If/Loop/Scan), a type neither
+   declared nor inferred (or inference failing), a value declared twice differently, a
+   step with a hand-written adapter that changes the node, a node that would be
    refused (the full pass lists the refusals), a model already at the target.
 3. The opset import and ``ir_version`` are rewritten by the rule the full pass uses
    (:func:`~.lower_opset.lowered_ir_version`).
@@ -43,7 +53,7 @@ import onnx_ir as ir
 
 from onnxscript_ep_passes.core.display import shown
 from onnxscript_ep_passes.core.onnx_utils import type_string
-from onnxscript_ep_passes.lowering import schemas
+from onnxscript_ep_passes.lowering import schemas, work
 from onnxscript_ep_passes.lowering.context import DowngradeContext, NodeNames, NodeRefusedError
 from onnxscript_ep_passes.lowering.lower_opset import (
     ORT_TRACKING_ISSUE,
@@ -51,7 +61,11 @@ from onnxscript_ep_passes.lowering.lower_opset import (
     lowered_ir_version,
 )
 from onnxscript_ep_passes.lowering.registry import DEFAULT_REGISTRY, AdapterEntry, AdapterRegistry
-from onnxscript_ep_passes.lowering.types import TypeOracle
+from onnxscript_ep_passes.lowering.types import (
+    TypeOracle,
+    infer_model_types,
+    weight_free_model_proto,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -59,13 +73,17 @@ _SUBGRAPH_ATTRIBUTES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
 class _Declared:
-    """The types the proto declares, by value name (a conflicting name counts as unknown).
+    """The types the proto declares, by value name (a conflicting name counts as unknown),
+    and, for a value declaring none, the type shape inference gives it (rule 1).
 
     Looked up lazily: a model declares a type for every intermediate value, and only the
-    values of the nodes a step changes are ever asked for.
+    values of the nodes a step changes are ever asked for. Inference runs at most once,
+    on the first value that needs it.
     """
 
-    def __init__(self, graph: onnx.GraphProto) -> None:
+    def __init__(self, proto: onnx.ModelProto) -> None:
+        graph = proto.graph
+        self._model = proto
         infos = [*graph.input, *graph.output, *graph.value_info]
         self._infos = {info.name: info for info in infos}
         self._tensors = {tensor.name: tensor for tensor in graph.initializer}
@@ -77,7 +95,9 @@ class _Declared:
         self._all = infos
         self._protos: dict[str, onnx.TypeProto | None] = {}
         self._strings: dict[str, str | None] = {}
-        self._keys: dict[str, bytes | None] = {}
+        self._seen: dict[tuple[str, bool], tuple[onnx.TypeProto | None, onnx.TypeProto | None]] = {}
+        self._keys: dict[tuple[str, bool], bytes] = {}
+        self._inferred_types: dict[str, onnx.TypeProto] | None = None
 
     def proto(self, name: str) -> onnx.TypeProto | None:
         """The type ``name`` is declared with; None when undeclared or declared differently
@@ -96,34 +116,85 @@ class _Declared:
         self._protos[name] = found
         return found
 
+    def inferred(self, name: str) -> onnx.TypeProto | None:
+        """The type and shape inference gives ``name`` (None for a name declared
+        differently twice: the full pass decides). Inference runs over the whole graph
+        once, on a weight-free copy of it, as the full pass's oracle runs it; when it
+        fails every value is unknown here (the full pass then decides)."""
+        if name in self._repeated and self.proto(name) is None:
+            return None
+        if self._inferred_types is None:
+            try:
+                weight_free = weight_free_model_proto(self._model)
+                self._inferred_types = infer_model_types(weight_free, subgraphs=False)
+            except Exception as error:  # the full pass runs it again and reports it
+                logger.debug("no shape inference for the proto fast path: %s", error)
+                self._inferred_types = {}
+        return self._inferred_types.get(name)
+
     def type_string(self, name: str) -> str | None:
+        """The type a type rule reads: the declared one, else the inferred one."""
         if name not in self._strings:
-            proto = self.proto(name)
-            if proto is not None and proto.WhichOneof("value") == "tensor_type":
-                found = _tensor_type_string(proto.tensor_type.elem_type)
-            else:
-                found = type_string(
-                    None if proto is None else ir.serde.deserialize_type_proto_for_type(proto)
-                )
+            found = _string_of(self.proto(name))
+            if found is None:
+                found = _string_of(self.inferred(name))
             self._strings[name] = found
         return self._strings[name]
 
-    def key(self, name: str) -> bytes | None:
-        """What an adapter can learn about value ``name`` (its declared type), as bytes."""
-        if name not in self._keys:
-            proto = self.proto(name)
-            self._keys[name] = None if proto is None else proto.SerializeToString()
-        return self._keys[name]
+    def _sources(
+        self, name: str, lend: bool
+    ) -> tuple[onnx.TypeProto | None, onnx.TypeProto | None]:
+        """Where value ``name``'s type and shape come from for an adapter, as the full
+        pass gives them: the declared type when known, else the inferred one; the
+        declared shape, else (``lend``: the pass lends its inputs shapes) the inferred."""
+        key = (name, lend)
+        if key not in self._seen:
+            declared = self.proto(name)
+            type_source = declared if _string_of(declared) is not None else self.inferred(name)
+            shape_source = declared if _has_shape(declared) else None
+            if shape_source is None and lend:
+                inferred = self.inferred(name)
+                shape_source = inferred if _has_shape(inferred, tensor_only=True) else None
+            self._seen[key] = (type_source, shape_source)
+        return self._seen[key]
 
-    def value(self, name: str) -> ir.Value:
-        proto = self.proto(name)
-        if proto is None:
-            return ir.Value(name=name)
-        return ir.Value(
-            name=name,
-            type=ir.serde.deserialize_type_proto_for_type(proto),
-            shape=ir.serde.deserialize_type_proto_for_shape(proto),
-        )
+    def key(self, name: str, lend: bool) -> bytes:
+        """What an adapter can learn about value ``name`` (its type and shape), as bytes."""
+        key = (name, lend)
+        if key not in self._keys:
+            type_source, shape_source = self._sources(name, lend)
+            self._keys[key] = b"\0".join(
+                b"-" if source is None else b"+" + source.SerializeToString()
+                for source in (type_source, shape_source)
+            )
+        return self._keys[key]
+
+    def value(self, name: str, lend: bool) -> ir.Value:
+        type_source, shape_source = self._sources(name, lend)
+        type_ = None
+        if type_source is not None:
+            type_ = ir.serde.deserialize_type_proto_for_type(type_source)
+        shape = None
+        if shape_source is not None:
+            shape = ir.serde.deserialize_type_proto_for_shape(shape_source)
+        return ir.Value(name=name, type=type_, shape=shape)
+
+
+def _string_of(proto: onnx.TypeProto | None) -> str | None:
+    """``type_string`` of the type ``proto`` describes (None: none or unknown)."""
+    if proto is None:
+        return None
+    if proto.WhichOneof("value") == "tensor_type":
+        return _tensor_type_string(proto.tensor_type.elem_type)
+    return type_string(ir.serde.deserialize_type_proto_for_type(proto))
+
+
+def _has_shape(proto: onnx.TypeProto | None, *, tensor_only: bool = False) -> bool:
+    """Whether ``proto`` gives a value a shape: as ``ir.Value.shape`` reads a declared
+    type; ``tensor_only``: as :meth:`~.types.TypeOracle.shape_of` reads an inferred one."""
+    if proto is None or (tensor_only and proto.WhichOneof("value") != "tensor_type"):
+        return False
+    return ir.serde.deserialize_type_proto_for_shape(proto) is not None
 
 
 @functools.cache
@@ -134,9 +205,11 @@ def _tensor_type_string(elem_type: int) -> str | None:
     return type_string(ir.serde.deserialize_type_proto_for_type(proto))
 
 
-def _types_allowed(node: onnx.NodeProto, version: int, declared: _Declared) -> bool:
-    """The derived type rule of step ``version``, on the declared types."""
-    for check in schemas.type_checks(node.op_type, version, node.domain):
+def _types_allowed(
+    node: onnx.NodeProto, checks: tuple[schemas.TypeCheck, ...], declared: _Declared
+) -> bool:
+    """The derived type rule of a step (its ``checks``), on the node's types."""
+    for check in checks:
         names = node.input if check.kind == "input" else node.output
         stop = len(names) if check.variadic else check.index + 1
         for index in range(check.index, min(stop, len(names))):
@@ -144,6 +217,33 @@ def _types_allowed(node: onnx.NodeProto, version: int, declared: _Declared) -> b
             if name and declared.type_string(name) not in check.old_allowed:
                 return False
     return True
+
+
+# One step of an op down to the target: its version, the version below, the registry's
+# rule for it and (a derived type rule) the checks it makes.
+_Step = tuple[int, int, AdapterEntry, tuple[schemas.TypeCheck, ...]]
+
+
+def _steps_down(
+    domain: str, op_type: str, source: int, target: int, registry: AdapterRegistry
+) -> list[_Step] | None:
+    """The steps of ``op_type`` from ``source`` down to ``target`` (the same lookups as
+    the full pass), [] when it is unchanged; None when one has no rule (the full pass
+    decides)."""
+    start = schemas.since_version(op_type, source, domain)
+    if start is None:
+        return None
+    found: list[_Step] = []
+    version = start
+    while version > target:
+        entry = registry.lookup(domain, op_type, version)
+        previous = schemas.since_version(op_type, version - 1, domain)
+        if entry is None or previous is None:
+            return None
+        checks = schemas.type_checks(op_type, version, domain) if entry.derived else ()
+        found.append((version, previous, entry, checks))
+        version = previous
+    return found
 
 
 # What a hand-written adapter did to a node alone: None when the full pass must run it,
@@ -162,9 +262,10 @@ def _adapter_alone(
     what it did to ``node_proto``. The verdict depends only on the node's op, attributes
     and declared value types (and which inputs share a value), so nodes alike share one
     run (``verdicts``)."""
-    key = (steps, _signature(node_proto, declared))
+    lend = entry.lend_shapes or work.asks_every_shape()  # as the full pass lends shapes
+    key = (steps, _signature(node_proto, declared, lend))
     if key not in verdicts:
-        verdicts[key] = _run_adapter(node_proto, entry, steps, declared)
+        verdicts[key] = _run_adapter(node_proto, entry, steps, declared, lend)
     verdict = verdicts[key]
     if verdict is None:
         return False
@@ -177,16 +278,16 @@ def _adapter_alone(
     return True
 
 
-def _signature(node: onnx.NodeProto, declared: _Declared) -> tuple[object, ...]:
+def _signature(node: onnx.NodeProto, declared: _Declared, lend: bool) -> tuple[object, ...]:
     """All an adapter can see of ``node`` alone (:func:`_run_adapter`), as a key."""
     bare = onnx.NodeProto(op_type=node.op_type, domain=node.domain, overload=node.overload)
     bare.attribute.extend(node.attribute)
     first: dict[str, int] = {}
     inputs = tuple(
-        (first.setdefault(name, index), declared.key(name)) if name else None
+        (first.setdefault(name, index), declared.key(name, lend)) if name else None
         for index, name in enumerate(node.input)
     )
-    outputs = tuple((bool(name), declared.key(name)) for name in node.output)
+    outputs = tuple((bool(name), declared.key(name, False)) for name in node.output)
     return bare.SerializeToString(), inputs, outputs
 
 
@@ -195,18 +296,20 @@ def _run_adapter(
     entry: AdapterEntry,
     steps: tuple[int, int | None, int],
     declared: _Declared,
+    lend: bool,
 ) -> _Verdict:
     version, previous, target = steps
     values: dict[str, ir.Value] = {}
     inputs = [
-        values.setdefault(name, declared.value(name)) if name else None for name in node_proto.input
+        values.setdefault(name, declared.value(name, lend)) if name else None
+        for name in node_proto.input
     ]
     node = ir.Node(
         node_proto.domain,
         node_proto.op_type,
         inputs,
         attributes=[ir.serde.deserialize_attribute(a) for a in node_proto.attribute],
-        outputs=[declared.value(name) for name in node_proto.output],
+        outputs=[declared.value(name, False) for name in node_proto.output],
         name=node_proto.name,
     )
     graph = ir.Graph(
@@ -238,26 +341,17 @@ def _run_adapter(
 
 def _node_steps_down(
     node: onnx.NodeProto,
-    source: int,
+    steps: list[_Step],
     target: int,
     declared: _Declared,
-    registry: AdapterRegistry,
     verdicts: dict[tuple[object, ...], _Verdict],
 ) -> onnx.NodeProto | bool:
     """False when the full pass must run; else True, or the node as the adapters left
     it (a copy: the proto changes only once every node succeeded)."""
-    start = schemas.since_version(node.op_type, source, node.domain)
-    if start is None:
-        return False
     work = node
-    version = start
-    while version > target:
-        entry = registry.lookup(node.domain, node.op_type, version)
-        previous = schemas.since_version(node.op_type, version - 1, node.domain)
-        if entry is None or previous is None:
-            return False
+    for version, previous, entry, checks in steps:
         if entry.derived:
-            if not _types_allowed(work, version, declared):
+            if not _types_allowed(work, checks, declared):
                 return False
         else:
             if work is node:
@@ -265,7 +359,6 @@ def _node_steps_down(
                 work.CopyFrom(node)
             if not _adapter_alone(work, entry, (version, previous, target), declared, verdicts):
                 return False
-        version = previous
     return True if work is node or work == node else work
 
 
@@ -288,23 +381,26 @@ def try_lower_proto(
     source = default_opset({o.domain: o.version for o in proto.opset_import})
     assert source is not None  # may_lower_proto
     graph = proto.graph
-    declared = _Declared(graph)
-    steps: dict[tuple[str, str], bool] = {}  # (domain, op) -> unchanged at the target
+    if any(
+        node.attribute and any(a.type in _SUBGRAPH_ATTRIBUTES for a in node.attribute)
+        for node in graph.node
+    ):
+        return False  # before any inference, which is told there is no subgraph
+    declared = _Declared(proto)
+    steps: dict[tuple[str, str], list[_Step] | None] = {}  # (domain, op) -> its steps
     edited: list[tuple[onnx.NodeProto, onnx.NodeProto]] = []
     verdicts: dict[tuple[object, ...], _Verdict] = {}
     for node in graph.node:
-        if node.attribute and any(a.type in _SUBGRAPH_ATTRIBUTES for a in node.attribute):
-            return False
-        if not schemas.is_default_domain(node.domain):
-            continue
         key = (node.domain, node.op_type)
         if key not in steps:
-            start = schemas.since_version(node.op_type, source, node.domain)
-            unchanged = start is not None and start <= target
-            steps[key] = unchanged
-        if steps[key]:
+            default = schemas.is_default_domain(node.domain)
+            steps[key] = _steps_down(*key, source, target, registry) if default else []
+        found = steps[key]
+        if found is None:
+            return False
+        if not found:
             continue
-        stepped = _node_steps_down(node, source, target, declared, registry, verdicts)
+        stepped = _node_steps_down(node, found, target, declared, verdicts)
         if stepped is False:
             return False
         if isinstance(stepped, onnx.NodeProto):

@@ -28,10 +28,13 @@ from __future__ import annotations
 
 __all__ = [
     "TypeOracle",
+    "holds_small_constant",
+    "infer_model_types",
     "infer_node_output_types",
     "known_type",
     "small_constant_proto",
     "value_type_proto",
+    "weight_free_model_proto",
 ]
 
 import itertools
@@ -56,6 +59,15 @@ _DATA_PROP_LIMIT = 1 << 24  # largest dimension product / constant that data pro
 def known_type(type_: ir.TypeProtocol | None) -> bool:
     """Whether ``type_`` is a type the rules can read (not None, no unknown element type)."""
     return schemas.type_string(type_) is not None
+
+
+def holds_small_constant(value: ir.Value) -> bool:
+    """Whether ``value`` holds a constant of at most ``_SMALL_CONSTANT`` elements: the
+    constants :func:`small_constant_proto` serializes (it may still fail on an exotic
+    tensor, so a caller choosing on this alone can only be more cautious), without
+    serializing it."""
+    tensor = value.const_value
+    return tensor is not None and tensor.size <= _SMALL_CONSTANT
 
 
 def small_constant_proto(value: ir.Value) -> onnx.TensorProto | None:
@@ -229,20 +241,10 @@ class TypeOracle:
         proto.functions.extend(ir.serde.serialize_function(f) for f in model.functions.values())
         data_prop = _data_propagation_is_bounded(proto)
         try:
-            try:
-                inferred = onnx.shape_inference.infer_shapes(proto, data_prop=data_prop)
-            except Exception:
-                if not data_prop:
-                    raise
-                inferred = onnx.shape_inference.infer_shapes(proto, data_prop=False)
+            types = infer_model_types(proto, data_prop=data_prop)
         except Exception as error:
             logger.warning("ONNX shape inference failed: %s", error)
             return {}
-        types = {
-            info.name: info.type
-            for info in _all_value_infos(inferred.graph)
-            if info.type.WhichOneof("value") is not None
-        }
         for node in ir.traversal.RecursiveGraphIterator(graph):
             for sub in _subgraphs(node):
                 if any(v.name and v.name not in types for n in sub for v in n.outputs):
@@ -344,9 +346,65 @@ class TypeOracle:
         return _types_by_name(inferred.graph)
 
 
-def _data_propagation_is_bounded(model: onnx.ModelProto) -> bool:
+def infer_model_types(
+    proto: onnx.ModelProto, *, subgraphs: bool = True, data_prop: bool | None = None
+) -> dict[str, onnx.TypeProto]:
+    """The types ONNX's shape inference gives the values of ``proto`` (a weight-free
+    model: :func:`weight_free_model_proto`), by name, as :class:`TypeOracle` infers them:
+    with data propagation when it is bounded (``data_prop``: the caller has told), retried
+    without when that fails. ``subgraphs=False``: the caller knows that no node holds a
+    graph (nothing is walked for them).
+
+    Raises what inference raises when it fails without data propagation too, and what
+    telling whether data propagation is bounded raises.
+    """
+    if data_prop is None:
+        data_prop = _data_propagation_is_bounded(proto, subgraphs=subgraphs)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, data_prop=data_prop)
+    except Exception:
+        if not data_prop:
+            raise
+        inferred = onnx.shape_inference.infer_shapes(proto, data_prop=False)
+    return {
+        info.name: info.type
+        for info in _all_value_infos(inferred.graph, subgraphs=subgraphs)
+        if info.type.WhichOneof("value") is not None
+    }
+
+
+def weight_free_model_proto(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The main graph of ``model`` as :class:`TypeOracle` hands it to inference, without
+    building the IR: its inputs, nodes and outputs; initializers of at most
+    ``_SMALL_CONSTANT`` elements as they are, larger ones as typed graph inputs (no weight
+    is read or copied); no ``value_info``; the same opset imports and ``ir_version``.
+    Model-local functions are left out (the caller handles models without them).
+    """
+    graph = model.graph
+    proto = onnx.ModelProto(ir_version=model.ir_version)
+    proto.opset_import.extend(model.opset_import)
+    weight_free = proto.graph
+    weight_free.name = graph.name or "graph"
+    weight_free.input.extend(graph.input)
+    inputs = {info.name for info in graph.input}
+    for tensor in graph.initializer:
+        if math.prod(tensor.dims) <= _SMALL_CONSTANT:
+            weight_free.initializer.append(tensor)
+        elif tensor.name not in inputs:
+            info = weight_free.input.add()
+            info.name = tensor.name
+            info.type.tensor_type.elem_type = tensor.data_type
+            shape = info.type.tensor_type.shape
+            for dim in tensor.dims:
+                shape.dim.add().dim_value = dim
+    weight_free.node.extend(graph.node)
+    weight_free.output.extend(graph.output)
+    return proto
+
+
+def _data_propagation_is_bounded(model: onnx.ModelProto, *, subgraphs: bool = True) -> bool:
     """No declared dimension product and no small constant exceeds ``_DATA_PROP_LIMIT``."""
-    for info in _all_value_infos(model.graph):
+    for info in _all_value_infos(model.graph, subgraphs=subgraphs):
         if info.type.HasField("tensor_type"):
             product = 1
             for dim in info.type.tensor_type.shape.dim:
@@ -355,7 +413,7 @@ def _data_propagation_is_bounded(model: onnx.ModelProto) -> bool:
             if product > _DATA_PROP_LIMIT:
                 return False
     constants = list(model.graph.initializer)
-    for graph in iter_graphs(model.graph):
+    for graph in iter_graphs(model.graph) if subgraphs else (model.graph,):
         constants.extend(
             attr.t for node in graph.node if node.op_type == "Constant" for attr in node.attribute
         )
@@ -424,8 +482,10 @@ def _subgraphs(node: ir.Node) -> Iterable[ir.Graph]:
             yield from attr.as_graphs()
 
 
-def _all_value_infos(graph: onnx.GraphProto) -> Iterable[onnx.ValueInfoProto]:
-    for sub in iter_graphs(graph):
+def _all_value_infos(
+    graph: onnx.GraphProto, *, subgraphs: bool = True
+) -> Iterable[onnx.ValueInfoProto]:
+    for sub in iter_graphs(graph) if subgraphs else (graph,):
         yield from sub.input
         yield from sub.output
         yield from sub.value_info
