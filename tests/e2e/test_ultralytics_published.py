@@ -23,7 +23,7 @@ from pathlib import Path
 import onnx_ir as ir
 import pytest
 
-from onnxscript_ep_passes.ep import resolve_target
+from onnxscript_ep_passes.ep import KernelTable, resolve_target
 from onnxscript_ep_passes.passes.lower_for_ep import choose_target_opset
 from tests.e2e.ultralytics_models import (
     MODELS,
@@ -48,6 +48,7 @@ class Figure:
     sources: dict[str, int]  # where they come from (Transfer.host_ops -> count)
     chosen: tuple[int, bool]  # (opset, legalized)
     chosen_memcpy: int
+    rule: str  # the rule that chose (passes/choice_reason.py)
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +73,7 @@ def figures(exports: dict[tuple[str, int], Export]) -> dict[tuple[str, int], Fig
             choice.before.memcpy_sources(),
             choice.chosen.key,
             choice.after.memcpy,
+            choice.reason.rule,
         )
     logger.info("published vs predicted (CUDA, ORT 1.24):\n%s", _table(out))
     return out
@@ -108,6 +110,8 @@ def test_chosen_candidate_has_no_memcpy(
     figure = figures[name, opset]
     assert figure.chosen_memcpy == 0, _table(figures)
     assert figure.chosen[0] <= max(18, opset), figure
+    # The search stops at the first opset wholly on CUDA, and says so.
+    assert figure.rule == "wholly_on_ep", figure
 
 
 def test_the_memcpy_at_opset_20_come_from_the_ops_the_publication_names(
@@ -124,3 +128,21 @@ def test_the_memcpy_at_opset_20_come_from_the_ops_the_publication_names(
         "Pad": 2,
         "ReduceMax": 2,
     }
+
+
+def test_rtdetr_on_webgpu_says_which_rule_chose_and_where_the_copies_are(
+    exports: dict[tuple[str, int], Export], webgpu_table: KernelTable
+) -> None:
+    """Issue 26 item 4, on the real WebGPU kernel table: from the opset-20 export, 19 and 18
+    tie (GridSample-20 has no WebGPU kernel, GridSample-16 has); the tie goes to the higher
+    opset, and the report says so. No candidate estimated lower than the chosen one is
+    left out by dominance; the copies left are the int64 arithmetic WebGPU has no kernels
+    for, not the GridSamples."""
+    choice = choose_target_opset(ir.load(exports["rtdetr-l", 20].path), webgpu_table)
+    assert choice.chosen.key == (19, False), choice.candidates
+    reason = choice.reason
+    assert (reason.rule, reason.dominated) == ("tie", ()), reason
+    assert "ties on the estimate" in reason.text and "with 18" in reason.text
+    assert choice.before.memcpy_sources()["GridSample"] == 54
+    assert "GridSample" not in choice.after.memcpy_sources()
+    assert choice.after.memcpy < choice.before.memcpy

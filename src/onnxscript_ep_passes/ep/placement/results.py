@@ -192,8 +192,9 @@ class Transfer:
     ``host_side`` names the nodes that hold the value in host memory, as ``(op_type,
     node name)``: for a MemcpyToHost the consumers reading it on the host (CPU nodes, or EP
     nodes' CPU-input slots), for a MemcpyFromHost its producer (a CPU node or an EP
-    CPU-output slot), or, for a graph input read in both memories, its host readers. It is
-    why the copy exists (:meth:`PlacementPrediction.memcpy_sources`).
+    CPU-output slot), or, for a graph input read in both memories, its host readers; an EP
+    node's slot is named with it (``"Reshape (CPU input 1)"``). It is why the copy exists
+    (:meth:`PlacementPrediction.memcpy_sources`).
     """
 
     value: str
