@@ -11,8 +11,10 @@ runs, in order:
    expand the ai.onnx Attention the fusion replaces;
 3. :class:`~onnxscript_ep_passes.passes.LowerOpsetForEpPass` (the opset best for the EP);
 4. the normalization fusions (SimplifiedLayerNormalization,
-   SkipSimplifiedLayerNormalization), gated and verified the same way; after the lowering,
-   which refuses ops without an ONNX schema in the ONNX domain;
+   SkipSimplifiedLayerNormalization, SkipLayerNormalization), the Gelu fusions and the
+   embedding lookups by constant indices (:mod:`~onnxscript_ep_passes.fusion.embedding`),
+   gated and verified the same way; after the lowering, which refuses ops without an ONNX
+   schema in the ONNX domain;
 5. the optimizer and onnxscript's ONNX fusions again, on a copy that shares the weights:
    fusions that only fire at the lower opset (onnxscript fuses RMSNormalization,
    RotaryEmbedding and GQA only at opset 23) are recovered. The copy replaces the model
@@ -61,6 +63,7 @@ from onnxscript_ep_passes.fusion.choice import (
 from onnxscript_ep_passes.fusion.fuse_for_ep import (
     ACTIVATION_FUSIONS,
     ATTENTION_FUSIONS,
+    EMBEDDING_FUSIONS,
     NORM_FUSIONS,
     FuseForEpPass,
     FusionRecord,
@@ -78,6 +81,9 @@ if TYPE_CHECKING:
     from onnxscript_ep_passes.passes.options import SearchFlags, SearchKeywords
 
 logger = logging.getLogger(__name__)
+
+AFTER_LOWERING = NORM_FUSIONS + ACTIVATION_FUSIONS + EMBEDDING_FUSIONS
+"""The fusions of step 4."""
 
 Stage = Callable[[ir.Model, EpTarget], bool]
 """One step of the pipeline on a model placed on a target: whether it changed the model."""
@@ -356,7 +362,7 @@ class OptimizeForEpPass(EpPass):
         stages: list[Stage] = [
             *([self._fuse(ATTENTION_FUSIONS, result)] if fuse else []),  # step 2
             lower,  # step 3
-            *([self._fuse(NORM_FUSIONS + ACTIVATION_FUSIONS, result)] if fuse else []),  # step 4
+            *([self._fuse(AFTER_LOWERING, result)] if fuse else []),  # step 4
             optimize_again,  # step 5
         ]
         modified = False

@@ -3,8 +3,10 @@
 Hand-built encoder attention (BHSD q/k/v, 4 heads of 16): without a mask and with a padding
 mask built from ``attention_mask`` (``Where(Cast(attention_mask), 0, lowest)`` over
 ``[B, 1, S, S]``), the fused model equals the unfused one on ORT's CPU EP at every position
-of a right-padded batch; a causal Attention (``is_causal=1``, or a causal mask) and a mask
-from another input are refused with the reason. (Real BERT exports on WebGPU:
+of a right-padded batch; so does a constant all-true mask expanded to ``[B, 1, S, S]`` (what
+transformers builds for ViT), read as no mask. A causal Attention (``is_causal=1``, or a
+causal mask), a constant mask that drops a key and a mask from another input are refused
+with the reason. (Real BERT exports on WebGPU:
 test_families_webgpu.)
 """
 
@@ -42,6 +44,21 @@ def _encoder(mask: str, is_causal: int = 0) -> onnx.ModelProto:
             numpy_helper.from_array(np.array([1], np.int64), "one"),
         ]
         names.append("bias")
+    elif mask in ("all_true", "one_false"):
+        keep = np.ones((1, 1, 1, 2), bool)
+        keep[..., 1] = mask == "all_true"
+        nodes = [
+            helper.make_node("Shape", ["q"], ["batch"], start=0, end=1),
+            helper.make_node("Shape", ["q"], ["seq"], start=2, end=3),
+            helper.make_node("Concat", ["batch", "one", "seq", "two"], ["square"], axis=0),
+            helper.make_node("Expand", ["keep", "square"], ["bias"]),
+        ]
+        inits = [
+            numpy_helper.from_array(keep, "keep"),
+            numpy_helper.from_array(np.array([1], np.int64), "one"),
+            numpy_helper.from_array(np.array([2], np.int64), "two"),
+        ]
+        names.append("bias")
     elif mask == "other_input":
         inputs.append(helper.make_tensor_value_info("m", TensorProto.BOOL, ["b", 1, "s", "s"]))
         names.append("m")
@@ -56,7 +73,7 @@ def _encoder(mask: str, is_causal: int = 0) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
 
 
-@pytest.mark.parametrize("mask", ["none", "padding"])
+@pytest.mark.parametrize("mask", ["none", "padding", "all_true"])
 def test_bidirectional_attention_becomes_multi_head_attention_with_the_same_outputs(
     mask: str,
 ) -> None:
@@ -68,7 +85,10 @@ def test_bidirectional_attention_becomes_multi_head_attention_with_the_same_outp
     assert "MultiHeadAttention" in {n.op_type for n in fused.graph.node}
     assert "Attention" not in {n.op_type for n in fused.graph.node}
     onnx.checker.check_model(fused, full_check=True)
-    feeds = generate_feeds(ir.from_proto(proto).graph.inputs, Sizes(2, 7, 0, "right"))
+    if mask == "padding":  # the bias's sizes are read from attention_mask, once
+        assert {n.input[0] for n in fused.graph.node if n.op_type == "Shape"} == {"attention_mask"}
+    seq = 2 if mask == "all_true" else 7
+    feeds = generate_feeds(ir.from_proto(proto).graph.inputs, Sizes(2, seq, 0, "right"))
     np.testing.assert_allclose(
         run_model(fused, feeds)[0], run_model(proto, feeds)[0], rtol=1e-5, atol=1e-5
     )
@@ -79,6 +99,7 @@ def test_bidirectional_attention_becomes_multi_head_attention_with_the_same_outp
     [
         ("none", 1, "causal attention (is_causal=1)"),
         ("other_input", 0, "it depends on the values of input 'm'"),
+        ("one_false", 0, "a constant tensor of different values"),
     ],
 )
 def test_attention_that_is_not_bidirectional_padding_is_refused(

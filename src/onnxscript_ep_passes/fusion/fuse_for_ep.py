@@ -33,6 +33,7 @@ from __future__ import annotations
 __all__ = [
     "ACTIVATION_FUSIONS",
     "ATTENTION_FUSIONS",
+    "EMBEDDING_FUSIONS",
     "FUSIONS",
     "NORM_FUSIONS",
     "FuseForEpPass",
@@ -57,6 +58,10 @@ from onnxscript_ep_passes.ep.profiles import EpProfile
 from onnxscript_ep_passes.ep.target import EpTarget, TargetRequest
 from onnxscript_ep_passes.fusion.activation import fuse_bias_gelu, fuse_fast_gelu
 from onnxscript_ep_passes.fusion.attention import fuse_attention_to_gqa
+from onnxscript_ep_passes.fusion.embedding import (
+    fuse_sliced_position_gather,
+    fuse_uniform_index_gather,
+)
 from onnxscript_ep_passes.fusion.evaluate import Sizes
 from onnxscript_ep_passes.fusion.multi_head import fuse_attention_to_mha
 from onnxscript_ep_passes.fusion.normalization import (
@@ -132,6 +137,13 @@ ACTIVATION_FUSIONS: tuple[FusionSpec, ...] = (
 )
 """Gelu fusions (only to a fused op that is the same function); run after the lowering."""
 
+EMBEDDING_FUSIONS: tuple[FusionSpec, ...] = (
+    FusionSpec("sliced_position_gather", "", "Slice", _simple(fuse_sliced_position_gather), 1e-4),
+    FusionSpec("uniform_index_gather", "", "Gather", _simple(fuse_uniform_index_gather), 1e-4),
+)
+"""Embedding lookups by constant indices, read from the float table instead (exact: no
+int64 index arithmetic left on the host); run after the lowering."""
+
 ATTENTION_FUSIONS: tuple[FusionSpec, ...] = (
     FusionSpec("group_query_attention", "com.microsoft", "GroupQueryAttention", _gqa, 1e-3),
     FusionSpec("multi_head_attention", "com.microsoft", "MultiHeadAttention", _mha, 1e-3),
@@ -139,7 +151,7 @@ ATTENTION_FUSIONS: tuple[FusionSpec, ...] = (
 """Attention fusions: run before the lowering, whose legalization would otherwise expand
 ai.onnx Attention on an EP without an Attention kernel."""
 
-FUSIONS = NORM_FUSIONS + ACTIVATION_FUSIONS + ATTENTION_FUSIONS
+FUSIONS = NORM_FUSIONS + ACTIVATION_FUSIONS + EMBEDDING_FUSIONS + ATTENTION_FUSIONS
 """Every fusion, in the order :class:`FuseForEpPass` tries them by default."""
 
 
