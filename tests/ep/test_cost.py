@@ -118,3 +118,35 @@ def test_ties_go_to_the_higher_opset_then_fewer_rewrites() -> None:
     assert best_candidate([low, high, rewritten]) == high
     assert best_candidate([low, plain_24]) == low  # fewer rewrites first, then higher opset
     assert candidate_rank(same, opset=24) < candidate_rank(same, opset=24, legalized=True)
+
+
+def _copies(memcpy: int, bytes_: int, cpu_flops: float) -> PlacementCost:
+    """A candidate priced as the module says: each copy's latency plus its bytes."""
+    cpu_us = cpu_flops / 50_000.0
+    return PlacementCost(
+        memcpy=memcpy,
+        memcpy_bytes=bytes_,
+        fallback_nodes=0,
+        cpu_nodes=0,
+        cpu_flops=cpu_flops,
+        ep_flops=0.0,
+        transfer_us=memcpy * MEMCPY_LATENCY_US + bytes_ / 10_000.0,
+        cpu_us=cpu_us,
+        ep_us=0.0,
+    )
+
+
+def test_fewer_copies_moving_more_bytes_are_not_dominated() -> None:
+    """rtdetr-l's TorchScript export on WebGPU (issue 26 item 4): at opset 20, 67 Memcpy
+    moving 341 kB with 6.4 kFLOP on CPU; at 19, 16 moving 1.4 MB with 135 kFLOP. 19 moves
+    more bytes and leaves more CPU compute, but 51 fewer copies make it cheaper: the
+    dominance rule, which counts copies too, must not keep 20."""
+    at_20 = candidate_rank(_copies(67, 341_400, 6_400.0), opset=20)
+    at_19 = candidate_rank(_copies(16, 1_400_000, 135_200.0), opset=19, replaced=1)
+    assert at_19.cost.cost < at_20.cost.cost
+    assert not at_20.cost.dominates(at_19.cost)
+    assert best_candidate([at_20, at_19]) == at_19
+    # With as many copies as 20, 19 would be worse on every count: dominated.
+    same_count = candidate_rank(_copies(67, 1_400_000, 135_200.0), opset=19)
+    assert at_20.cost.dominates(same_count.cost)
+    assert best_candidate([at_20, same_count]) == at_20

@@ -426,7 +426,10 @@ def test_report_shows_decisions() -> None:
     table = _table(_COMMON_OPS)
     report = placement_report(model, "dml", table=table)
     assert {"ep", "chosen", "blocked", "candidates", "before", "after"} <= set(report)
-    assert report["chosen"] == {"opset": 24, "legalized": True}
+    assert {k: report["chosen"][k] for k in ("opset", "legalized")} == {
+        "opset": 24,
+        "legalized": True,
+    }
     (legalized_24,) = (c for c in report["candidates"] if c["opset"] == 24 and c["legalized"])
     assert legalized_24["predicted"]["fallback_nodes"] == legalized_24["predicted"]["memcpy"] == 0
     assert legalized_24["measured"] is None

@@ -24,6 +24,7 @@ from onnxscript_ep_passes.ep.placement import PlacementPrediction
 from onnxscript_ep_passes.errors import DowngradeError
 from onnxscript_ep_passes.lowering.lower_opset import MIN_TARGET_OPSET
 from onnxscript_ep_passes.passes.candidates import CandidateEntry, CandidateKey
+from onnxscript_ep_passes.passes.choice_reason import ChoiceReason, choice_reason
 from onnxscript_ep_passes.passes.legalize import LegalizationDecision
 from onnxscript_ep_passes.reports.verdict import Figures, verdict
 
@@ -87,6 +88,11 @@ class EpLoweringChoice:
     def chosen(self) -> CandidateEntry:
         """The chosen candidate."""
         return self.candidates[(self.chosen_opset, self.legalized)]
+
+    @property
+    def reason(self) -> ChoiceReason:
+        """Why the chosen candidate was chosen (:mod:`.choice_reason`)."""
+        return choice_reason(self)
 
     @property
     def before(self) -> PlacementPrediction:

@@ -275,6 +275,27 @@ def _runs(report: dict[str, Any]) -> list[Text]:
     return lines
 
 
+def _sources(side: dict[str, Any]) -> str:
+    sources = side.get("memcpy_sources") or {}
+    return ", ".join(f"{shown(op)} {count}" for op, count in sources.items()) or "none"
+
+
+def _why(report: dict[str, Any]) -> list[Text]:
+    """Which rule chose the candidate, and where each side's Memcpy come from (the host
+    side of each copy: a CPU node, or an EP node's input kept on CPU)."""
+    lines = []
+    reason = report["chosen"].get("reason")
+    if reason:
+        lines.append(Text(f"chosen: {reason}"))
+    before, after, chosen = report["before"], report["after"], report["chosen"]
+    if before.get("memcpy"):
+        lines.append(Text(f"Memcpy as given (opset {before['opset']}): {_sources(before)}"))
+    changed = (chosen["opset"], chosen["legalized"]) != (before["opset"], False)
+    if changed and after.get("memcpy"):
+        lines.append(Text(f"Memcpy chosen (opset {after['opset']}): {_sources(after)}"))
+    return lines
+
+
 def render_report(
     report: dict[str, Any],
     *,
@@ -317,6 +338,7 @@ def render_report(
             )
         )
     parts.append(_candidates(report))
+    parts += _why(report)
     if report.get("blocked"):
         lines = shown_lines(report["blocked"]).splitlines()
         parts.append(Text(f"lower opsets are out of reach: {lines[0]}"))

@@ -189,12 +189,24 @@ class Transfer:
 
     ``ir_value`` is the model's IR value whose data is copied (its type and shape say how
     many bytes; for the output of a Transpose ORT inserts, the Transpose's input), or None.
+    ``host_side`` names the nodes that hold the value in host memory, as ``(op_type,
+    node name)``: for a MemcpyToHost the consumers reading it on the host (CPU nodes, or EP
+    nodes' CPU-input slots), for a MemcpyFromHost its producer (a CPU node or an EP
+    CPU-output slot), or, for a graph input read in both memories, its host readers; an EP
+    node's slot is named with it (``"Reshape (CPU input 1)"``). It is why the copy exists
+    (:meth:`PlacementPrediction.memcpy_sources`).
     """
 
     value: str
     direction: Literal["MemcpyFromHost", "MemcpyToHost"]
     scope: str
     ir_value: ir.Value | None = dataclasses.field(default=None, compare=False, repr=False)
+    host_side: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False)
+
+    @property
+    def host_ops(self) -> str:
+        """The op types on the host side, sorted and joined by ``+`` (``GridSample``)."""
+        return "+".join(sorted({op for op, _ in self.host_side})) or "?"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,6 +232,12 @@ class PlacementPrediction:
     transfers: tuple[Transfer, ...]
     optimization_level: OptimizationLevel = OptimizationLevel.ENABLE_ALL
     removed: tuple[RemovedNode, ...] = ()
+
+    def memcpy_sources(self) -> dict[str, int]:
+        """Where the Memcpy nodes come from: ``host ops -> count`` (:attr:`Transfer.host_ops`,
+        e.g. ``{"GridSample": 54, "Resize": 4}``), most first, then by name."""
+        counts = collections.Counter(t.host_ops for t in self.transfers)
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
     def removed_by_rule(self) -> dict[str, int]:
         """``rule -> number of nodes`` ORT's basic optimizations remove (non-zero only)."""
