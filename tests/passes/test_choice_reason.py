@@ -7,6 +7,7 @@ import onnx_ir as ir
 
 from onnxscript_ep_passes.ep import get_table
 from onnxscript_ep_passes.ep.cost import MEMCPY_LATENCY_US, PlacementCost
+from onnxscript_ep_passes.ep.kernel_table import TableKind
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, Transfer, predict_placement
 from onnxscript_ep_passes.passes.candidates import CandidateEntry
 from onnxscript_ep_passes.passes.choice import EpLoweringChoice
@@ -40,6 +41,7 @@ def _choice(chosen: tuple[int, bool], *entries: CandidateEntry) -> EpLoweringCho
         ep="E",
         ort_version="1.0",
         table_source="snapshot:test",
+        table_kind=TableKind.SNAPSHOT,
         source_opset=max(e.opset for e in entries),
         chosen_opset=chosen[0],
         candidates={e.key: e for e in entries},

@@ -10,8 +10,7 @@ Rules the pass follows:
 2. Nodes an adapter builds are read at the opset the adapter wrote them in and are
    lowered in turn, so a rewrite or a function-body expansion succeeds only when every
    node it produces reaches the target too. An exact copy of a function body expanded
-   before (same nodes, attributes and types) is lowered once per run: when lowering
-   one copy left every node as it was, later copies are left so without looking.
+   before is lowered once per run: if lowering one copy changed nothing, later ones are skipped.
 3. Every node is reached: the main graph, If/Loop/Scan bodies at any depth, and
    model-local functions (lowered from their own opset import). Functions are kept.
 4. All refusals are collected; if there is any, :class:`DowngradeError` lists them all
@@ -288,12 +287,8 @@ class _Lowering:
         self._lower_each_built(ctx, scope)
 
     def _lower_each_built(self, ctx: DowngradeContext, scope: str) -> None:
-        """Lower the nodes ``ctx`` built, in order (rule 2). The nodes of an exact copy of a
-        function-body template (same nodes, attributes and types as an earlier copy in
-        this run, :meth:`DowngradeContext.copied_body`) are skipped when lowering that
-        earlier copy's nodes left them exactly as they were: no refusal, no rewrite, no
-        node built, replaced or carried; the same lookups on the same types give the
-        same answers."""
+        """Lower the nodes ``ctx`` built, in order; skip an exact copy of a body template
+        whose earlier copy's lowering changed nothing (rule 2)."""
         copies = {nodes[0]: (template, nodes) for template, nodes in ctx.copies if nodes}
         built = ctx.built
         index = 0
@@ -317,14 +312,8 @@ class _Lowering:
 
     def _progress(self) -> tuple[int, ...]:
         """What lowering a node can add to (:meth:`_lower_each_built`)."""
-        return (
-            len(self.refusals),
-            len(self.rewritten),
-            len(self.carried),
-            len(self.built_nodes),
-            len(self._dead),
-            len(self._lent_shapes),
-        )
+        made = (self.refusals, self.rewritten, self.carried, self.built_nodes, self._dead)
+        return (*map(len, made), len(self._lent_shapes))
 
     def _replace(
         self, node: ir.Node, values: Sequence[ir.Value | None], ctx: DowngradeContext
@@ -440,16 +429,8 @@ def run_lowering(
     relabel(
         model, target_opset, versions_in_main=work.may_carry_versions(lowering.versioned, built)
     )
-    return LoweringResult(
-        model,
-        True,
-        source,
-        target_opset,
-        tuple(built),
-        tuple(replaced),
-        len(lowering.rewritten),
-        tuple(lowering.carried),
-    )
+    done = (tuple(built), tuple(replaced), len(lowering.rewritten), tuple(lowering.carried))
+    return LoweringResult(model, True, source, target_opset, *done)
 
 
 def _announce(result: LoweringResult, ep: str | None = None) -> None:

@@ -92,7 +92,7 @@ class EpLoweringChoice:
     @property
     def reason(self) -> ChoiceReason:
         """Why the chosen candidate was chosen (:mod:`.choice_reason`)."""
-        return choice_reason(self)
+        return choice_reason(self.candidates, self.chosen.key, self.source_opset)
 
     @property
     def before(self) -> PlacementPrediction:

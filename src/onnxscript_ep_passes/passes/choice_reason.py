@@ -24,13 +24,11 @@ from __future__ import annotations
 __all__ = ["ChoiceReason", "ChoiceRule", "choice_reason"]
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from onnxscript_ep_passes.ep.cost import CandidateRank, best_candidate, candidate_rank
 from onnxscript_ep_passes.passes.candidates import CandidateEntry, CandidateKey
-
-if TYPE_CHECKING:
-    from onnxscript_ep_passes.passes.choice import EpLoweringChoice
 
 ChoiceRule = Literal["measured", "target_opset", "wholly_on_ep", "tie", "cheapest"]
 
@@ -71,10 +69,12 @@ def _rank(c: CandidateEntry) -> CandidateRank:
     return candidate_rank(c.cost, opset=c.opset, replaced=c.replaced, legalized=c.legalized)
 
 
-def choice_reason(choice: EpLoweringChoice) -> ChoiceReason:
-    """Why ``choice`` chose its candidate (module docstring)."""
-    entries = list(choice.candidates.values())
-    chosen = choice.chosen
+def choice_reason(
+    candidates: Mapping[CandidateKey, CandidateEntry], chosen_key: CandidateKey, source_opset: int
+) -> ChoiceReason:
+    """Why the search chose ``candidates[chosen_key]`` from ``candidates`` (module docstring)."""
+    entries = list(candidates.values())
+    chosen = candidates[chosen_key]
     dominated = tuple(
         (c.key, by.key)
         for c in entries
@@ -108,7 +108,7 @@ def choice_reason(choice: EpLoweringChoice) -> ChoiceReason:
         and not chosen.legalized
         and chosen.opset == min(c.opset for c in entries)
     ):
-        where = "the model as given" if chosen.opset == choice.source_opset else "it"
+        where = "the model as given" if chosen.opset == source_opset else "it"
         text = (
             f"wholly on the EP at opset {chosen.opset} (no fallback, no Memcpy): {where} "
             "cannot be beaten, so no lower opset is weighed"
