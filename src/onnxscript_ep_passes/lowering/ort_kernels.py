@@ -8,8 +8,11 @@ Rules:
   1.32: a context-dependent function body (CastLike, Attention, Gelu) is built for the
   model's opset and always inlined; a static body only when its opset is the model's
   (Swish-24 runs at opset 24, not at 25 or 27; Elu's opset-18 body never rescues Elu-22).
-* The kernels are those the installed ``onnxruntime`` registers, read once
-  (``get_all_opkernel_def``). A node matches a kernel as ORT matches it: the since
+* The kernels are those the installed ``onnxruntime`` registers for its fallback EP, read
+  once (``get_all_opkernel_def``). The fallback is found, not named: ORT lists the EPs it
+  knows by priority (``get_all_providers``), its CPU EP last; plugin EPs are not in that
+  list (they follow the CPU EP in ``get_available_providers``, which is why that list is
+  not read). A node matches a kernel as ORT matches it: the since
   version of the node's schema equals the kernel's start version, or lies inside a
   closed range; and its first input's tensor type is one the kernel lists.
 * When the listing is unavailable (an ORT build that cannot create one of its EPs on
@@ -19,7 +22,7 @@ Rules:
 
 from __future__ import annotations
 
-__all__ = ["cpu_has_kernel", "ort_defines", "ort_inlines", "ort_only"]
+__all__ = ["cpu_has_kernel", "host_provider", "ort_defines", "ort_inlines", "ort_only"]
 
 import functools
 import logging
@@ -52,13 +55,27 @@ def _domain(domain: str) -> str:
 
 
 @functools.cache
+def host_provider() -> str | None:
+    """ORT's name for the EP every session falls back to: the last EP ORT lists by priority
+    (None when ORT cannot be imported)."""
+    try:
+        import onnxruntime as ort
+
+        return str(ort.get_all_providers()[-1])
+    except Exception as error:  # pragma: no cover - onnxruntime is a dependency
+        logger.debug("ORT's provider list is unavailable: %s", error)
+        return None
+
+
+@functools.cache
 def _cpu_kernels() -> dict[tuple[str, str], tuple[_Kernel, ...]] | None:
     definitions = _kernel_definitions()
-    if definitions is None:
+    host = host_provider()
+    if definitions is None or host is None:
         return None
     kernels: dict[tuple[str, str], list[_Kernel]] = {}
     for definition in definitions:
-        if definition.provider != "CPUExecutionProvider":
+        if definition.provider != host:
             continue
         domain = _domain(definition.domain)
         start, end = definition.version_range

@@ -100,12 +100,7 @@ def apply_layout_transform(
         entering.setdefault(val, []).append((n, 0))
     for val, uses in entering.items():
         t = _transpose(scope, val, since, f"LayoutTranspose_to_nhwc({val.name})", "to_nhwc")
-        out = t.outputs[0]
-        assert out is not None
-        for node, slot in uses:
-            val.consumers.remove((node, slot))
-            node.inputs[slot] = out
-            out.consumers.append((node, slot))
+        _move_uses(val, uses, t)
         new_nodes.append(t)
     # Values leaving the region.
     for n in list(scope.nodes):
@@ -118,12 +113,7 @@ def apply_layout_transform(
             if not outside and not out.is_output:
                 continue
             t = _transpose(scope, out, since, f"LayoutTranspose_to_nchw({out.name})", "to_nchw")
-            moved = t.outputs[0]
-            assert moved is not None
-            for c, s in outside:
-                out.consumers.remove((c, s))
-                c.inputs[s] = moved
-                moved.consumers.append((c, s))
+            moved = _move_uses(out, outside, t)
             if out.is_output:
                 out.is_output, moved.is_output = False, True
             new_nodes.append(t)
@@ -131,6 +121,19 @@ def apply_layout_transform(
         decide_kernel(t, transpose_schema, table)
     scope.nodes.extend(new_nodes)
     return new_nodes
+
+
+def _move_uses(
+    value: FlatValue, uses: list[tuple[FlatNode, int]], transpose: FlatNode
+) -> FlatValue:
+    """Make ``uses`` of ``value`` read the output of ``transpose`` instead; return it."""
+    moved = transpose.outputs[0]
+    assert moved is not None
+    for node, slot in uses:
+        value.consumers.remove((node, slot))
+        node.inputs[slot] = moved
+        moved.consumers.append((node, slot))
+    return moved
 
 
 def _transpose(scope: FlatScope, src: FlatValue, since: int, name: str, role: str) -> FlatNode:
