@@ -113,7 +113,9 @@ def constant_tensor(value: FlatValue) -> ir.TensorProtocol | None:
         if not isinstance(attr, ir.Attr) or attr.is_ref():
             return None
         if name == "value" and attr.type == ir.AttributeType.TENSOR:
-            tensor: ir.TensorProtocol = attr.as_tensor()
+            # attr.value, not attr.as_tensor(): its isinstance check against the
+            # TensorProtocol runtime protocol costs more than the rest of the lookup.
+            tensor: ir.TensorProtocol = attr.value
             return tensor
         if name in ("value_int", "value_ints"):
             return ir.tensor(np.asarray(attr.value, dtype=np.int64))
