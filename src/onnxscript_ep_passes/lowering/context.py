@@ -100,12 +100,14 @@ class NameIndex:
 
     def __init__(self, graph: ir.Graph) -> None:
         self.graph = graph
-        self._nodes: dict[str, list[ir.Node]] = {}
-        self.add(ir.traversal.RecursiveGraphIterator(graph))
+        self._nodes: dict[str, list[ir.Node]] | None = None  # read on the first look-up
 
     def add(self, nodes: Iterable[ir.Node]) -> None:
-        """Index ``nodes`` (and the nodes of their subgraphs) by name."""
+        """Index ``nodes`` (and the nodes of their subgraphs) by name. Before the first
+        look-up nothing is kept: the graph is read then, with the nodes still in it."""
         index = self._nodes
+        if index is None:
+            return
         for node in nodes:
             if node.name:
                 index.setdefault(node.name, []).append(node)
@@ -116,6 +118,9 @@ class NameIndex:
                         self.add(ir.traversal.RecursiveGraphIterator(graph))
 
     def in_use(self, name: str) -> bool:
+        if self._nodes is None:
+            self._nodes = {}
+            self.add(ir.traversal.RecursiveGraphIterator(self.graph))
         return any(node.graph is not None for node in self._nodes.get(name, ()))
 
     def names(self) -> NodeNames:

@@ -28,6 +28,8 @@ __all__ = [
     "static_shape",
 ]
 
+from typing import Any
+
 import numpy as np
 import onnx_ir as ir
 
@@ -42,6 +44,9 @@ class ScopeEdits:
         self.scope = scope
         self.removed = removed
         self.gone: set[FlatNode] = set()
+        # What a phase reads once per prediction and keeps across its rounds, by phase
+        # (the model's nodes do not change while it is predicted).
+        self.memo: dict[str, dict[Any, Any]] = {}
 
     def optimizable(self, node: FlatNode) -> bool:
         return node not in self.gone and not node.inlined_by_ort and not node.inserted
