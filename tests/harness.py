@@ -46,15 +46,18 @@ Feeds = dict[str, np.ndarray]
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
-def benchmark_decoder(path: Path, nodes: int = 200, weight_bytes: int = 200_000) -> onnx.ModelProto:
+def benchmark_decoder(
+    path: Path, nodes: int = 200, weight_bytes: int = 200_000, **shape: int
+) -> onnx.ModelProto:
     """``benchmarks/make_decoder.py``'s decoder of about ``nodes`` nodes (opset 24: an
-    Attention, RotaryEmbedding and RMSNormalization per block), written to ``path``."""
+    Attention, RotaryEmbedding and RMSNormalization per block), written to ``path``;
+    ``shape``: its ``hidden``, ``heads``, ``vocab`` and ``seed``."""
     sys.path.insert(0, str(BENCHMARKS))
     try:
         import make_decoder
     finally:
         sys.path.remove(str(BENCHMARKS))
-    make_decoder.build(path, nodes, weight_bytes)
+    make_decoder.build(path, nodes, weight_bytes, **shape)
     return onnx.load(path)
 
 

@@ -1,18 +1,24 @@
 """The candidates of the EP search: the chosen legalized candidate's model the one the
 search built, a legalized model not kept rebuilt on demand, and each candidate equal to
-its evaluation from scratch."""
+its evaluation from scratch (on real exports, and as a property of random decoder-shaped
+models: the priced candidates are the built-and-predicted ones, and so is what the pass
+returns)."""
 
 from __future__ import annotations
 
 import collections
+from pathlib import Path
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from onnxscript_ep_passes.ep.cost import placement_cost
 from onnxscript_ep_passes.ep.dims import DimSizes
+from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
 from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.lowering.lower_opset import run_lowering
@@ -23,7 +29,7 @@ from onnxscript_ep_passes.passes.lower_for_ep import (
     LowerOpsetForEpPass,
     _search,
 )
-from tests.harness import run_model
+from tests.harness import benchmark_decoder, run_model
 from tests.passes import gelu_neg_model, no_gelu_table
 from tests.torch_models import LLM_DIMS, llm_export
 
@@ -111,8 +117,43 @@ def test_each_candidate_equals_its_evaluation_from_scratch(
     puts it back): each candidate's prediction and cost must equal those of a fresh copy
     of the model lowered to its opset (and legalized), evaluated alone."""
     proto = llm_export(kind, 25, kv_cache=True)
-    table = get_table(ep, ort_version)
-    sizes = DimSizes.of(LLM_DIMS)
+    _assert_candidates_from_scratch(proto, get_table(ep, ort_version), DimSizes.of(LLM_DIMS), floor)
+
+
+@settings(
+    max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    blocks=st.integers(1, 3),
+    width=st.sampled_from([(16, 2), (16, 4), (32, 4)]),
+    seed=st.integers(0, 2**16),
+    ep=st.sampled_from([("cuda", "1.24"), ("webgpu", None)]),
+)
+def test_priced_candidates_of_random_decoders_equal_the_built_ones(
+    tmp_path: Path, blocks: int, width: tuple[int, int], seed: int, ep: tuple[str, str | None]
+) -> None:
+    """Property: on a random decoder-shaped model (benchmarks/make_decoder.py: blocks,
+    width, heads and weights drawn), every candidate the search priced equals that
+    candidate built from scratch, predicted and priced alone; and the model the pass
+    returns, predicted and priced, is the chosen candidate."""
+    hidden, heads = width
+    path = tmp_path / f"decoder_{blocks}_{hidden}_{heads}_{seed}.onnx"
+    proto = benchmark_decoder(path, 18 + 32 * blocks, 20_000, hidden=hidden, heads=heads, seed=seed)
+    table = get_table(*ep)
+    _assert_candidates_from_scratch(proto, table, DimSizes(), 18)
+    result = LowerOpsetForEpPass(ep[0], ep[1], table=table)(ir.from_proto(proto))
+    assert isinstance(result, EpLoweringResult) and result.choice is not None
+    again = predict_placement(result.model, table)
+    assert _records(again) == _records(result.choice.after)
+    assert _transfers(again) == _transfers(result.choice.after)
+    assert placement_cost(again, result.model, DimSizes()) == result.choice.after_cost
+
+
+def _assert_candidates_from_scratch(
+    proto: onnx.ModelProto, table: KernelTable, sizes: DimSizes, floor: int
+) -> None:
+    """Each candidate of the search over ``proto`` equals its evaluation from scratch."""
+    source = ir.from_proto(proto).opset_imports[""]
     model = ir.from_proto(proto)
     choice, _, search = _search(model, table, None, floor, True, SearchSettings(sizes))
     saved = ir.to_proto(ir.from_proto(proto)).SerializeToString()
@@ -121,7 +162,7 @@ def test_each_candidate_equals_its_evaluation_from_scratch(
     for opset, candidate in search.plain.items():
         fresh = ir.from_proto(proto)
         built: set[ir.Node] = set()
-        for step in range(25 - 1, opset - 1, -1):
+        for step in range(source - 1, opset - 1, -1):
             built.update(run_lowering(fresh, step).built)
         prediction = predict_placement(fresh, table)
         assert _records(candidate.prediction) == _records(prediction), opset

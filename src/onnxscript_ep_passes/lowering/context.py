@@ -8,9 +8,15 @@ types are inferred node by node, so later type rules can check them.
 
 from __future__ import annotations
 
-__all__ = ["DowngradeContext", "NodeNames", "NodeRefusedError", "types_refused_below"]
+__all__ = [
+    "DowngradeContext",
+    "NameIndex",
+    "NodeNames",
+    "NodeRefusedError",
+    "types_refused_below",
+]
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
 import numpy as np
@@ -39,14 +45,21 @@ class NodeNames:
     per graph), and the set of names in use is read only when a first name is needed.
     """
 
-    def __init__(self, model_or_graph: ir.Model | ir.Graph | ir.Function | None = None) -> None:
+    def __init__(
+        self,
+        model_or_graph: ir.Model | ir.Graph | ir.Function | None = None,
+        index: NameIndex | None = None,
+    ) -> None:
         self._source = model_or_graph
         self._used: set[str] | None = None  # read on the first fresh(): most runs need none
         self._next: dict[str, int] = {}
+        self._index = index  # given: the names in use are looked up there, not read
 
     def _names_in_use(self) -> set[str]:
         if self._used is None:
             self._used = set()
+            if self._index is not None:
+                return self._used  # only the names handed out here; the rest: the index
             source = self._source
             graphs: list[ir.Graph | ir.Function] = []
             if isinstance(source, ir.Model):
@@ -65,11 +78,57 @@ class NodeNames:
         while True:
             count += 1
             name = f"{base}_{count}"
-            if name not in used:
+            if name not in used and (self._index is None or not self._index.in_use(name)):
                 break
         self._next[base] = count
         used.add(name)
         return name
+
+
+class NameIndex:
+    """The names of a graph's nodes (subgraphs included), read once, for many
+    :class:`NodeNames` in turn (one per node expanded in place).
+
+    :class:`NodeNames` of a graph reads every name in it on its first ``fresh()``: done
+    once per node expanded, that is quadratic in the nodes. The index reads them once and
+    keeps, per name, the nodes that bore it; a name is in use while one of them is in a
+    graph. So it stays right while the graph is edited, as long as every node built with
+    a name of the pattern ``fresh()`` hands out is :meth:`add`-ed (a node put back by a
+    checkpoint is the same object; a node removed has no graph). A node inside a subgraph
+    of a removed node still has a graph: its name stays in use (never a duplicate).
+    """
+
+    def __init__(self, graph: ir.Graph) -> None:
+        self.graph = graph
+        self._nodes: dict[str, list[ir.Node]] | None = None  # read on the first look-up
+
+    def add(self, nodes: Iterable[ir.Node]) -> None:
+        """Index ``nodes`` (and the nodes of their subgraphs) by name. Before the first
+        look-up nothing is kept: the graph is read then, with the nodes still in it."""
+        index = self._nodes
+        if index is None:
+            return
+        for node in nodes:
+            if node.name:
+                index.setdefault(node.name, []).append(node)
+            for attr in node.attributes.values():
+                if isinstance(attr, ir.Attr) and attr.type in _GRAPH_ATTRIBUTES:
+                    graphs = [attr.value] if attr.type == ir.AttributeType.GRAPH else attr.value
+                    for graph in graphs:
+                        self.add(ir.traversal.RecursiveGraphIterator(graph))
+
+    def in_use(self, name: str) -> bool:
+        if self._nodes is None:
+            self._nodes = {}
+            self.add(ir.traversal.RecursiveGraphIterator(self.graph))
+        return any(node.graph is not None for node in self._nodes.get(name, ()))
+
+    def names(self) -> NodeNames:
+        """Fresh names for one node's rewrite (counters from 1, as a new :class:`NodeNames`)."""
+        return NodeNames(self.graph, self)
+
+
+_GRAPH_ATTRIBUTES = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
 
 
 class DowngradeContext:

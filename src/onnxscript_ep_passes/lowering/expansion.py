@@ -25,7 +25,7 @@ from typing import Any
 import onnx_ir as ir
 
 from onnxscript_ep_passes.lowering import schemas
-from onnxscript_ep_passes.lowering.context import DowngradeContext, NodeRefusedError
+from onnxscript_ep_passes.lowering.context import DowngradeContext, NodeNames, NodeRefusedError
 from onnxscript_ep_passes.lowering.function_body import expand_function_body
 from onnxscript_ep_passes.lowering.journal import discard
 from onnxscript_ep_passes.lowering.opset_imports import require_default_opset
@@ -101,6 +101,7 @@ def expand_node(
     opset: int | None = None,
     *,
     oracle: TypeOracle | None = None,
+    names: NodeNames | None = None,
 ) -> list[ir.Node]:
     """Replace ``node`` in place by its ONNX function body, at the model's opset.
 
@@ -109,6 +110,9 @@ def expand_node(
         node: An ai.onnx node whose schema has a function body.
         opset: The ai.onnx opset ``node`` is read at; default: the model's.
         oracle: Types of values that declare none (built from ``model`` when not given).
+        names: Where the body's node names come from (default: the names of ``node``'s
+            graph, read anew; :class:`~onnxscript_ep_passes.lowering.context.NameIndex`
+            reads them once for many nodes).
 
     Returns:
         The nodes inserted, in graph order. Outputs of the node keep their names.
@@ -130,7 +134,7 @@ def expand_node(
     if body_version is None:
         raise NodeRefusedError(f"{node.op_type}-{since} has no ONNX function body")
     previous = schemas.since_version(node.op_type, since - 1, node.domain) if since > 1 else None
-    ctx = _InPlaceExpansion(node, since, previous, opset, oracle or TypeOracle(model))
+    ctx = _InPlaceExpansion(node, since, previous, opset, oracle or TypeOracle(model), names)
     try:
         values = expand_function_body(ctx, body_version)
         for built, built_opset in ctx.built:

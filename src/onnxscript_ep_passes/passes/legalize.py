@@ -70,7 +70,7 @@ from onnxscript_ep_passes.ep.placement import NodePlacement, PlacementPrediction
 from onnxscript_ep_passes.ep.profiles import EpProfile
 from onnxscript_ep_passes.ep.target import EpTarget
 from onnxscript_ep_passes.lowering import schemas
-from onnxscript_ep_passes.lowering.context import NodeRefusedError
+from onnxscript_ep_passes.lowering.context import NameIndex, NodeRefusedError
 from onnxscript_ep_passes.lowering.expansion import expand_node, function_body_version
 from onnxscript_ep_passes.lowering.opset_imports import require_default_opset
 from onnxscript_ep_passes.passes.ep_pass import EpPass
@@ -157,20 +157,23 @@ class LegalizationResult:
 
 
 def _expand_and_fold(
-    nodes: Sequence[ir.Node], model: ir.Model, opset: int, table: KernelTable
+    nodes: Sequence[ir.Node], model: ir.Model, opset: int, table: KernelTable, index: NameIndex
 ) -> dict[ir.Node, str]:
-    """Expand (then fold the bodies of) or widen ``nodes``; why each failure failed."""
+    """Expand (then fold the bodies of) or widen ``nodes``; why each failure failed.
+    Body nodes of the main graph are named from ``index`` (read once per search)."""
     failed: dict[ir.Node, str] = {}
     for node in nodes:
         try:
             if _widens(node, opset):
                 widen_node(node, table, opset)
                 continue
-            built = expand_node(model, node, opset)
+            names = index.names() if node.graph is index.graph else None
+            built = expand_node(model, node, opset, names=names)
         except NodeRefusedError as refusal:
             logger.debug("cannot expand %s: %s", node.name, refusal.reason)
             failed[node] = refusal.reason
             continue
+        index.add(built)
         fold_static_shapes(built, opset)
     return failed
 
@@ -223,6 +226,7 @@ class _Search:
         self.kept_on_cpu: dict[ir.Node, str] = {}
         self.tried: set[ir.Node] = set()
         self.priced: tuple[PlacementPrediction, PlacementCost] | None = None  # the last one
+        self.names = NameIndex(model.graph)  # the node names, read once per search
 
     def cost(self, prediction: PlacementPrediction) -> PlacementCost:
         """The cost of ``prediction`` (of the model), priced once per prediction."""
@@ -304,7 +308,7 @@ class _Search:
         """Expand ``nodes`` in place; put the model back unless it pays (or on error)."""
         mark = checkpoint(self.model)
         try:
-            failed = _expand_and_fold(nodes, self.model, self.opset, self.table)
+            failed = _expand_and_fold(nodes, self.model, self.opset, self.table, self.names)
             why = ""
             if len(failed) == len(nodes):
                 why = f"cannot be expanded: {next(iter(failed.values()))}"

@@ -289,10 +289,11 @@ def _eliminate_common_subexpressions(state: ScopeEdits) -> bool:
     seen: dict[Hashable, FlatNode] = {}
     changed = False
     live = [n for n in state.scope.nodes if n not in state.gone]
+    attributes = state.memo.setdefault("cse_attributes", {})
     for node in ort_topological_order(live):  # the first of equal nodes is kept
         if not state.optimizable(node):
             continue
-        key = _cse_key(node)
+        key = _cse_key(node, attributes)
         if key is None:
             continue
         first = seen.setdefault(key, node)
@@ -313,7 +314,9 @@ def _eliminate_common_subexpressions(state: ScopeEdits) -> bool:
     return changed
 
 
-def _cse_key(node: FlatNode) -> Hashable | None:
+def _cse_key(node: FlatNode, memo: dict[ir.Node, Hashable]) -> Hashable | None:
+    """What two nodes must share to be merged; ``memo``: the attribute part per IR node,
+    read once per prediction (the model is not edited meanwhile)."""
     if node.op_type in _NON_DETERMINISTIC or (
         node.domain == "" and node.op_type == "DequantizeLinear"
     ):
@@ -321,12 +324,11 @@ def _cse_key(node: FlatNode) -> Hashable | None:
     ir_node = node.node
     if ir_node is None or node.inlined_by_ort:
         return None
-    attributes: list[tuple[str, Hashable]] = []
-    for name, attr in ir_node.attributes.items():
-        if not isinstance(attr, ir.Attr) or attr.is_ref() or attr.type not in _MERGEABLE_ATTRIBUTES:
-            return None  # a subgraph, a tensor: ORT keeps such nodes distinct
-        value = attr.value
-        attributes.append((name, tuple(value) if isinstance(value, list) else value))
+    attributes = memo.get(ir_node, _UNREAD)
+    if attributes is _UNREAD:
+        attributes = memo[ir_node] = _attributes_key(ir_node)
+    if attributes is None:
+        return None  # a subgraph, a tensor: ORT keeps such nodes distinct
     inputs = list(node.inputs)
     while inputs and inputs[-1] is None:
         inputs.pop()
@@ -334,10 +336,23 @@ def _cse_key(node: FlatNode) -> Hashable | None:
         node.op_type,
         node.domain,
         node.since_version,
-        tuple(sorted(attributes, key=lambda a: a[0])),
+        attributes,
         tuple(id(v) if v is not None else None for v in inputs),
         tuple(o is not None for o in node.outputs),
     )
+
+
+_UNREAD = object()
+
+
+def _attributes_key(ir_node: ir.Node) -> Hashable | None:
+    attributes: list[tuple[str, Hashable]] = []
+    for name, attr in ir_node.attributes.items():
+        if not isinstance(attr, ir.Attr) or attr.is_ref() or attr.type not in _MERGEABLE_ATTRIBUTES:
+            return None
+        value = attr.value
+        attributes.append((name, tuple(value) if isinstance(value, list) else value))
+    return tuple(sorted(attributes, key=lambda a: a[0]))
 
 
 # -- 4. constant folding --------------------------------------------------------------------
@@ -365,16 +380,20 @@ def _fold_constants(state: ScopeEdits) -> bool:
 
 
 def _folding_rule(node: FlatNode) -> str | None:
-    if node.domain != "" or node.op_type in _NON_DETERMINISTIC or has_subgraph(node):
+    # The checks are pure: the cheap ones first (most nodes have a computed input), the
+    # look at the node's attributes for subgraphs last.
+    if node.domain != "" or node.op_type in _NON_DETERMINISTIC:
         return None
-    if any(o is not None and not (o.dtype or "").startswith("tensor(") for o in node.outputs):
-        return None  # only tensors become initializers
     if node.op_type == "Shape":
         data = node.inputs[0] if node.inputs else None
-        return "shape_folding" if data is not None and static_shape(data) is not None else None
+        if data is None or static_shape(data) is None:
+            return None
+        return None if _not_foldable(node) else "shape_folding"
     if node.op_type == "DequantizeLinear":
         return None  # ORT keeps QDQ node units (it folds a whole DQ -> X -> Q unit only)
     if any(v is not None and v.kind != "initializer" for v in node.inputs):
+        return None
+    if _not_foldable(node):
         return None
     cpu = installed_cpu_table()
     if (
@@ -384,6 +403,14 @@ def _folding_rule(node: FlatNode) -> str | None:
     ):
         return None
     return "constant_folding"
+
+
+def _not_foldable(node: FlatNode) -> bool:
+    """A node with a subgraph, or an output that is not a tensor (only tensors become
+    initializers)."""
+    if any(o is not None and not (o.dtype or "").startswith("tensor(") for o in node.outputs):
+        return True
+    return has_subgraph(node)
 
 
 def _remove_unused_chain(state: ScopeEdits, node: FlatNode) -> None:

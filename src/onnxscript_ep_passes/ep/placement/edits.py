@@ -28,6 +28,8 @@ __all__ = [
     "static_shape",
 ]
 
+from typing import Any
+
 import numpy as np
 import onnx_ir as ir
 
@@ -42,6 +44,9 @@ class ScopeEdits:
         self.scope = scope
         self.removed = removed
         self.gone: set[FlatNode] = set()
+        # What a phase reads once per prediction and keeps across its rounds, by phase
+        # (the model's nodes do not change while it is predicted).
+        self.memo: dict[str, dict[Any, Any]] = {}
 
     def optimizable(self, node: FlatNode) -> bool:
         return node not in self.gone and not node.inlined_by_ort and not node.inserted
@@ -113,7 +118,9 @@ def constant_tensor(value: FlatValue) -> ir.TensorProtocol | None:
         if not isinstance(attr, ir.Attr) or attr.is_ref():
             return None
         if name == "value" and attr.type == ir.AttributeType.TENSOR:
-            tensor: ir.TensorProtocol = attr.as_tensor()
+            # attr.value, not attr.as_tensor(): its isinstance check against the
+            # TensorProtocol runtime protocol costs more than the rest of the lookup.
+            tensor: ir.TensorProtocol = attr.value
             return tensor
         if name in ("value_int", "value_ints"):
             return ir.tensor(np.asarray(attr.value, dtype=np.int64))
