@@ -124,6 +124,16 @@ def test_explain_names_the_registered_ranges_and_types() -> None:
     assert t.explain("", "Reshape", 22)[0] == KernelRange(21, 22)
 
 
+def test_explain_names_a_range_once_when_it_is_registered_per_type() -> None:
+    # ORT registers Cast once per type: the reason lists each range once.
+    t = _table(
+        *[("", "Cast", 19, 20, {"T1": [ty]}) for ty in ("tensor(float)", "tensor(int64)")],
+        *[("", "Cast", 23, None, {"T1": [ty]}) for ty in ("tensor(float)", "tensor(int64)")],
+    )
+    reason = t.explain("", "Cast", 24)[1]
+    assert reason == "no kernel for Cast at since_version 24 (registered: [19, 20], 23+)"
+
+
 def test_aliases() -> None:
     assert canonical_ep_name("webgpu") == "WebGpuExecutionProvider"
     assert canonical_ep_name("CUDA") == "CUDAExecutionProvider"

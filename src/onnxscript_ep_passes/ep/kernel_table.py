@@ -247,7 +247,7 @@ class KernelTable:
             return None, f"no {self.ep} kernel for {op_name} (op not registered)"
         version_matches = [r for r in ranges if r.matches(since_version)]
         if not version_matches:
-            listed = ", ".join(r.describe() for r in ranges)
+            listed = ", ".join(dict.fromkeys(r.describe() for r in ranges))  # once each
             return None, (
                 f"no kernel for {op_name} at since_version {since_version} (registered: {listed})"
             )
