@@ -16,6 +16,7 @@ legalize   ``bench_legalize.py``   torch, the WebGPU plugin EP
 candidates ``bench_candidates.py`` torch, the WebGPU plugin EP; ~1 h on 2 shared cores
 calibrate  ``calibrate_cost.py``   the WebGPU plugin EP; a few minutes
 fusion     ``bench_fusion.py``     torch, the WebGPU plugin EP; onnxruntime-genai if present
+families   ``bench_families.py``   torch, the WebGPU plugin EP; about 10 min on 2 cores
 ========== ======================= ===============================================
 
 ``cuda_check.py`` is not run: it needs an NVIDIA GPU (see its docstring).
@@ -47,6 +48,7 @@ SCRIPTS = {
     "candidates": "bench_candidates.py",
     "calibrate": "calibrate_cost.py",
     "fusion": "bench_fusion.py",
+    "families": "bench_families.py",
 }
 QUICK = {  # tiny sizes: checks that the scripts run, measures nothing worth keeping
     "cost": ["--models", "300:1M", "--repeats", "1"],
@@ -58,6 +60,7 @@ QUICK = {  # tiny sizes: checks that the scripts run, measures nothing worth kee
     "candidates": ["--models", "llama-dynamic", "--opsets", "24", "--runs", "1", "--rounds", "1"],
     "calibrate": ["--runs", "2"],
     "fusion": ["--models", "llama", "--opsets", "24", "--runs", "2", "--no-genai"],
+    "families": ["--models", "gpt2", "--runs", "2", "--warmup", "1"],
 }
 WORKDIR_ARG = {"cost", "scale"}
 

@@ -114,6 +114,8 @@ def test_every_fusion_has_a_tolerance_and_a_fused_op() -> None:
         "bias_gelu",
         "sliced_position_gather",
         "uniform_index_gather",
+        "int32_positions",
+        "gather_before_reshape",
         "group_query_attention",
         "causal_multi_head_attention",
         "causal_multi_head_attention_padded_heads",

@@ -14,6 +14,10 @@
   ``Add`` + ``LayerNormalization`` -> ``SkipLayerNormalization``;
 - :mod:`~onnxscript_ep_passes.fusion.activation` -- the written-out tanh Gelu ->
   ``FastGelu``, bias + exact Gelu -> ``BiasGelu``;
+- :mod:`~onnxscript_ep_passes.fusion.embedding` and
+  :mod:`~onnxscript_ep_passes.fusion.positions` -- embedding lookups, position ids and
+  token lookups off the host's int64 path (exact); the attention fusions read sizes
+  where the graph has them (:mod:`~onnxscript_ep_passes.fusion.shape_dims`);
 - :mod:`~onnxscript_ep_passes.fusion.evaluate` -- running parts of a model on generated
   inputs (the numeric checks);
 - :mod:`~onnxscript_ep_passes.fusion.verify` -- running a fused candidate on the CPU EP

@@ -25,7 +25,8 @@ semantics cannot differ; grouped KV heads are repeated in place before it
 (``Unsqueeze`` axis 2, ``Expand`` by a constant, ``Reshape``: head ``h`` reads KV head
 ``h // (H / Hkv)``, as ONNX Attention's grouping). Its ``attention_bias`` is
 ``[B, 1, S, total]``: 0 where the proven mask keeps the key, the lowest float elsewhere,
-built once for all layers from ``attention_mask`` with float ops the EP runs (no int64
+built once for all layers (its sizes read where the graph has them,
+:func:`~onnxscript_ep_passes.fusion.shape_dims.dim_of`) from ``attention_mask`` with float ops the EP runs (no int64
 arithmetic, which ORT puts on the CPU): the distances from the end ``total - j`` and
 ``S - i`` (``CumSum`` of ones, reversed), ``S - i <= total - j`` (causal; a window ``W``
 adds ``total - j < S - i + W``), ``And`` with ``attention_mask != 0`` and ``Where``. A query that sees no key (a left-padded row's first tokens) gets 0, as ONNX
@@ -61,6 +62,7 @@ from onnxscript_ep_passes.fusion.attention import (
 from onnxscript_ep_passes.fusion.attention_match import RefusedError
 from onnxscript_ep_passes.fusion.mask_proof import prove_causal_mask
 from onnxscript_ep_passes.fusion.mask_terms import has_past_input
+from onnxscript_ep_passes.fusion.shape_dims import dim_of
 
 _HEAD_PAD = 2
 """Features added to each head by ``pad_heads`` (a multiple of 4 becomes 2 mod 4)."""
@@ -135,9 +137,7 @@ class _Builder:
             return nodes[-1].outputs[0]
 
         int64, boolean = ir.DataType.INT64, ir.DataType.BOOL
-        batch = add("Shape", [q], start=0, end=1)
-        seq = add("Shape", [q], start=2, end=3)
-        total = add("Shape", [k], start=2, end=3)
+        batch, seq, total = dim_of(q, 0, add), dim_of(q, 2, add), dim_of(k, 2, add)
         one = self.const("one", np.array(1, dtype.numpy()))
         axis0 = self.const("axis0", np.array(0, np.int64))
         axes0 = self.const("axes0", np.array([0], np.int64))

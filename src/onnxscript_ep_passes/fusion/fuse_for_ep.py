@@ -53,6 +53,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
 from onnxscript_ep_passes.core.copies import adopt
+from onnxscript_ep_passes.core.onnx_utils import get_schema
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.profiles import EpProfile
 from onnxscript_ep_passes.ep.target import EpTarget, TargetRequest
@@ -71,6 +72,10 @@ from onnxscript_ep_passes.fusion.normalization import (
     fuse_skip_rms,
     rms_to_simplified,
 )
+from onnxscript_ep_passes.fusion.positions import (
+    fuse_gather_before_reshape,
+    fuse_int32_positions,
+)
 from onnxscript_ep_passes.fusion.verify import Runs, decide, ep_loadable, verify_fusion
 
 logger = logging.getLogger(__name__)
@@ -85,6 +90,8 @@ class FusionSpec:
     op: str
     apply: Callable[[ir.Model, int], tuple[int, dict[str, str]]]
     tolerance: float
+    types: dict[str, str] | None = None
+    """The fused op's types the kernel table must have (default: ``T`` the model's float)."""
 
 
 def _simple(
@@ -93,6 +100,16 @@ def _simple(
     @functools.wraps(fuse)
     def apply(model: ir.Model, max_length: int) -> tuple[int, dict[str, str]]:
         return fuse(model), {}
+
+    return apply
+
+
+def _reasons(
+    fuse: Callable[[ir.Model], tuple[int, dict[str, str]]],
+) -> Callable[[ir.Model, int], tuple[int, dict[str, str]]]:
+    @functools.wraps(fuse)
+    def apply(model: ir.Model, max_length: int) -> tuple[int, dict[str, str]]:
+        return fuse(model)
 
     return apply
 
@@ -149,9 +166,19 @@ ACTIVATION_FUSIONS: tuple[FusionSpec, ...] = (
 EMBEDDING_FUSIONS: tuple[FusionSpec, ...] = (
     FusionSpec("sliced_position_gather", "", "Slice", _simple(fuse_sliced_position_gather), 1e-4),
     FusionSpec("uniform_index_gather", "", "Gather", _simple(fuse_uniform_index_gather), 1e-4),
+    FusionSpec(
+        "int32_positions",
+        "",
+        "Range",
+        _reasons(fuse_int32_positions),
+        1e-4,
+        {"T": "tensor(int32)"},
+    ),
+    FusionSpec("gather_before_reshape", "", "Reshape", _reasons(fuse_gather_before_reshape), 1e-4),
 )
-"""Embedding lookups by constant indices, read from the float table instead (exact: no
-int64 index arithmetic left on the host); run after the lowering."""
+"""Embedding lookups by constant indices, read from the float table instead, and position
+ids and token lookups moved off int64 (:mod:`~onnxscript_ep_passes.fusion.positions`; exact:
+no int64 index arithmetic left on the host); run after the lowering."""
 
 ATTENTION_FUSIONS: tuple[FusionSpec, ...] = (
     FusionSpec("group_query_attention", "com.microsoft", "GroupQueryAttention", _gqa, 1e-3),
@@ -230,6 +257,14 @@ class FusionResult(ir.passes.PassResult):
     records: list[FusionRecord] = dataclasses.field(default_factory=list)
 
 
+def _since_version(spec: FusionSpec, model: ir.Model) -> int:
+    """The fused op's since_version at the model's opset (com.microsoft ops: 1)."""
+    if spec.domain:
+        return 1
+    schema = get_schema(spec.op, model.opset_imports.get("", 1))
+    return 1 if schema is None else schema.since_version
+
+
 def _float_type(model: ir.Model) -> str:
     for value in model.graph.outputs:
         if value.dtype is not None and value.dtype.is_floating_point():
@@ -300,7 +335,9 @@ class FuseForEpPass(ir.passes.InPlacePass):
         modified = False
         for spec in self.fusions:
             op_name = f"{spec.domain}::{spec.op}" if spec.domain else spec.op
-            kernel, why = table.explain(spec.domain, spec.op, 1, types)
+            kernel, why = table.explain(
+                spec.domain, spec.op, _since_version(spec, model), spec.types or types
+            )
             budget = spec.tolerance + self.prior_tolerance
             budget += sum(r.tolerance_own for r in records if r.kept)
             record = FusionRecord(spec.pattern, op_name, 0, None, None, budget, kept=False)
