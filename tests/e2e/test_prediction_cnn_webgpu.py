@@ -11,8 +11,9 @@ Ultralytics' yolo26n (``nms=False``) and rtdetr-l, built from their YAML configs
 
 and a plain torchvision-free CNN exported by torch's TorchScript exporter
 (``dynamo=False``, ``do_constant_folding=False``: no shape for any intermediate value;
-the ``view``'s shape is ``Unsqueeze``/``Concat`` of constants, which ORT folds). Each as exported and as ``LowerOpsetForEpPass("webgpu")`` lowers it, at
-ORT's default level (:func:`~tests.e2e.helpers.run_on_webgpu`) and at ``ORT_ENABLE_BASIC``:
+the ``view``'s shape is ``Unsqueeze``/``Concat`` of constants, which ORT folds). Each as
+exported and as ``LowerOpsetForEpPass("webgpu")`` lowers it, at ORT's default level
+(:func:`~tests.e2e.helpers.run_on_webgpu`) and at ``ORT_ENABLE_BASIC``:
 
 1. the predicted Memcpy nodes equal ORT's, in number and direction;
 2. the nodes predicted on CPU are ORT's, op type by op type;
