@@ -29,7 +29,12 @@ placement prediction. Rules (measured on ORT 1.32):
   without data.
 - It runs only on scopes where some node output has no shape in the model: where every
   value has one, ORT's inference learns nothing the predictor's rules read (static
-  shapes), except from folded data, which the model's own shapes already state.
+  shapes), except from folded data, which the model's own shapes already state. Within
+  a scope, a node is inferred when an output has no shape in the model or an input has
+  one the inference or folding learned (a shape, or data); elsewhere the model's shapes
+  are taken as they are (a model that spells a shape is read as it spells it), so a
+  large exported decoder with a few untyped values costs a few inferences, not one per
+  node.
 - Only ONNX-domain nodes of the scope's own opset line are inferred; nodes of schema
   bodies ORT inlines while partitioning and nodes ORT inserts are not (they come after).
 """
@@ -129,7 +134,10 @@ class LoadShapes:
         """Infer ``node``'s outputs from what its inputs are now (ORT's
         ``Graph::UpdateShapeInference``); the number of outputs whose shape became static.
         A node whose inputs are what they were at its last inference is not inferred
-        again (the same inputs infer the same outputs)."""
+        again (the same inputs infer the same outputs), nor one whose outputs all have
+        the model's shapes and whose inputs are as the model says (module docstring)."""
+        if not self._may_learn(node):
+            return 0
         seen = tuple(
             None if v is None else (id(v), self._dims_of(v), v.data is not None)
             for v in node.inputs
@@ -142,11 +150,25 @@ class LoadShapes:
             if out is None or dims is None:
                 continue
             merged = _merge(self._dims_of(out), dims)
-            self.dims[out] = merged
+            if merged != _model_dims(out):
+                self.dims[out] = merged
             if out.shape is None and merged is not None and None not in merged:
                 out.shape = tuple(int(d) for d in merged if d is not None)
                 learned += 1
         return learned
+
+    def _may_learn(self, node: FlatNode) -> bool:
+        """Whether inferring ``node`` can tell more than the model: an output has no shape
+        in the model, or an input has one the inference or folding learned."""
+        if any(
+            o is not None and o.ir_value is not None and o.ir_value.shape is None
+            for o in node.outputs
+        ):
+            return True
+        return any(
+            v is not None and (v in self.dims or v.data is not None or v.shape is not None)
+            for v in node.inputs
+        )
 
     def _infer(self, node: FlatNode) -> list[_Dims | None]:
         unknown: list[_Dims | None] = [None] * len(node.outputs)
