@@ -61,6 +61,7 @@ __all__ = [
 ]
 
 import argparse
+import atexit
 import concurrent.futures
 import dataclasses
 import functools
@@ -202,6 +203,14 @@ def _cached(target: Path, name: str, opset: int, simplify: bool) -> Export | Non
     )
 
 
+@functools.cache
+def _session_folder() -> Path:
+    """Where the exports go when the disk cache is disabled: removed at exit."""
+    folder = Path(tempfile.mkdtemp(prefix="ultralytics_exports_"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
 def _file(name: str, opset: int, simplify: bool, suffix: str = ".onnx") -> str:
     return f"{name}-{'opset' if simplify else 'torchscript'}{opset}{suffix}"
 
@@ -218,7 +227,7 @@ def cached_ultralytics_models(
     found = {(n, o): _cached(target, n, o, simplify) for n in models for o in opsets}
     missing = [key for key, export in found.items() if export is None]
     if missing:
-        folder = _cache_dir(target) or Path(tempfile.mkdtemp(prefix="ultralytics_exports_"))
+        folder = _cache_dir(target) or _session_folder()
         names = sorted({n for n, _ in missing})
         todo = sorted({o for _, o in missing})
         made = export_ultralytics_models(folder, target, names, todo, simplify=simplify)
