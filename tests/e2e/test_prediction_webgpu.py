@@ -28,10 +28,11 @@ import onnxruntime as ort
 import pytest
 
 from onnxscript_ep_passes.ep import KernelTable, measure_placement, predict_placement
-from onnxscript_ep_passes.ep.placement import OptimizationLevel, PlacementPrediction
+from onnxscript_ep_passes.ep.placement import OptimizationLevel
 from onnxscript_ep_passes.passes import LowerOpsetForEpPass
 from onnxscript_ep_passes.pipeline import OptimizeForEpPass
 from tests.e2e.helpers import run_on_webgpu
+from tests.e2e.prediction_checks import assert_removed_as_ort, assert_same_memcpy
 from tests.fusion import WEBGPU_EXPORT_MARKS
 from tests.torch_models import export_proto, llm_export, llm_inputs, sample_inputs
 
@@ -79,51 +80,6 @@ def _parse(data: bytes) -> onnx.ModelProto:
     return proto
 
 
-def _assert_same_memcpy(pred: PlacementPrediction, from_host: int, to_host: int) -> None:
-    """Rule 1: ORT's Memcpy nodes, in number and direction."""
-    assert (pred.memcpy_from_host, pred.memcpy_to_host) == (from_host, to_host), [
-        (t.value, t.direction) for t in pred.transfers
-    ]
-
-
-def _assert_removed_as_ort(
-    proto: onnx.ModelProto,
-    table: KernelTable,
-    pred: PlacementPrediction,
-    level: object,
-    *,
-    exact: bool,
-) -> None:
-    """Rule 2: the predicted removals are the nodes missing from ORT's placement record,
-    op type by op type and by name. Not ``exact``: every predicted removal is ORT's, by
-    op type (ORT may remove more: see basic_optimizations' rules for what is not modelled,
-    and a node it removes instead can change which duplicates are equal)."""
-    as_written = predict_placement(proto, table, optimization_level=0)
-    measured = measure_placement(proto, "webgpu", graph_optimization_level=level)
-    placed = collections.Counter(n.source_name for n in measured.nodes)
-    fused = collections.Counter(  # a chain of reshapes ORT makes one Reshape of
-        n.node.name for n in pred.nodes if n.node is not None and n.name.endswith("_new_reshape")
-    )
-    missing: collections.Counter[str] = collections.Counter()
-    for record in as_written.nodes:
-        if record.inserted_by_ort:
-            continue
-        if placed[record.name] > 0:
-            placed[record.name] -= 1
-        elif fused[record.name] > 0:
-            fused[record.name] -= 1
-        else:
-            missing[record.op_type] += 1
-    removed = collections.Counter(r.op_type for r in pred.removed)
-    assert not removed - missing, (pred.removed_by_rule(), removed - missing)
-    if exact:
-        assert removed == missing, (pred.removed_by_rule(), missing - removed)
-        # By name too: ORT keeps the first of equal nodes in its topological order.
-        gone = collections.Counter(n.name for n in as_written.nodes if not n.inserted_by_ort)
-        gone -= collections.Counter(n.source_name for n in measured.nodes)
-        assert collections.Counter(r.name for r in pred.removed) == gone
-
-
 @pytest.mark.parametrize("variant", ["original", "lowered"])
 @pytest.mark.parametrize(("source", "kind", "opset"), CASES)
 def test_predicted_memcpy_equals_ort_at_its_default_level(
@@ -133,7 +89,7 @@ def test_predicted_memcpy_equals_ort_at_its_default_level(
     pred = predict_placement(proto, webgpu_table)  # ORT's default level
     assert pred.optimization_level == OptimizationLevel.ENABLE_ALL
     run = run_on_webgpu(proto, _feeds(source, kind, proto))
-    _assert_same_memcpy(pred, run.memcpy_from_host, run.memcpy_to_host)
+    assert_same_memcpy(pred, run.memcpy_from_host, run.memcpy_to_host)
     if variant == "original":
         predicted_cpu = collections.Counter(n.op_type for n in pred.cpu_nodes)
         assert predicted_cpu == collections.Counter(run.cpu_summary())
@@ -147,10 +103,10 @@ def test_predicted_memcpy_and_removals_equal_ort_at_basic_level(
     proto = _parse(_models(source, kind, opset, webgpu_table)[variant])
     pred = predict_placement(proto, webgpu_table, optimization_level=BASIC)
     measured = measure_placement(proto, "webgpu", graph_optimization_level=BASIC)
-    _assert_same_memcpy(pred, measured.memcpy_from_host, measured.memcpy_to_host)
+    assert_same_memcpy(pred, measured.memcpy_from_host, measured.memcpy_to_host)
     # The lowered models keep what ORT removes with rules not modelled (an Expand whose
     # input shape only ORT's inference knows, CastLike's Cast, Transposes it pushes).
-    _assert_removed_as_ort(proto, webgpu_table, pred, BASIC, exact=variant == "original")
+    assert_removed_as_ort(proto, webgpu_table, pred, BASIC, exact=variant == "original")
 
 
 def test_what_ort_folds_is_said() -> None:
@@ -197,7 +153,7 @@ def test_optimized_decoders_predicted_as_ort_places_them(
     assert result.after is not None
     assert result.after.memcpy == run.memcpy
     pred = predict_placement(proto, webgpu_table)
-    _assert_same_memcpy(pred, run.memcpy_from_host, run.memcpy_to_host)
+    assert_same_memcpy(pred, run.memcpy_from_host, run.memcpy_to_host)
     # The model's own nodes on CPU, op by op. ORT's optimizers also make nodes of their own
     # (qwen3 at 23 unfused: four int64 Gather, "Gather_token_N", on CPU, moving no data
     # across the boundary); the prediction does not model those.

@@ -9,7 +9,9 @@ tests/e2e/ultralytics_models.py), are predicted on the CUDA 1.24 release table a
 ``report --ep cuda --ort-version 1.24`` predicts them: the published Memcpy at opset 20
 (within 10%), none at 18, and from every opset the chosen candidate has none.
 
-The exports (ten files, about 150 MB) are made once per session, in parallel subprocesses.
+The exports (ten files, about 150 MB) are made once, in parallel subprocesses, and shared
+with the other tests that read them (``cached_ultralytics_models``: once per session, and
+kept on disk between sessions).
 They need ultralytics in .cache/ultralytics (tools/setup_ultralytics.sh, which .ci/run's
 setup runs); without it the tests skip with that reason (in CI, a skip fails).
 """
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from pathlib import Path
 
 import onnx_ir as ir
 import pytest
@@ -29,7 +30,7 @@ from tests.e2e.ultralytics_models import (
     MODELS,
     OPSETS,
     Export,
-    export_ultralytics_models,
+    cached_ultralytics_models,
     find_ultralytics,
 )
 
@@ -52,11 +53,11 @@ class Figure:
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], Export]:
+def exports() -> dict[tuple[str, int], Export]:
     target, reason = find_ultralytics()
     if target is None:
         pytest.skip(reason)
-    return export_ultralytics_models(Path(tmp_path_factory.mktemp("ultralytics")), target)
+    return cached_ultralytics_models(target)
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,11 @@ Two exporters, one per opset range:
   ``model.export(format="onnx", opset=N, imgsz=320, batch=1, nms=False, dynamic=False)``
   with its defaults otherwise (the TorchScript exporter, ``dynamo=False``, then
   onnxslim). The TorchScript exporter stops at opset 20.
+- **Opsets 18-20 as TorchScript exported them** (``simplify=False``: the same export
+  without onnxslim), for the placement tests: TorchScript writes no shapes for
+  intermediate values and leaves its shape arithmetic (``Shape``, ``Gather``, ``Concat``,
+  ``ConstantOfShape``) in the graph, which ORT folds once its own inference makes the
+  shapes static; onnxslim has already folded it and spelled every shape.
 - **Opsets 21-22: torch's dynamo exporter** (``torch.onnx.export(..., dynamo=True)``, one
   ``torch.export`` trace for both), on the model as ultralytics' exporter prepares it for
   ``format="onnx", nms=False`` (``Exporter.__call__``: the end-to-end branch selected,
@@ -27,6 +32,12 @@ Weights: an untrained RT-DETR's decoder layers are deep copies of one initialize
 Memcpy instead of 64: GridSamples share inputs no trained model shares). Every parameter is
 therefore perturbed by a seeded random amount before export, so each layer has its own
 weights, as a trained model's do; the graph is the same.
+
+Caching (:func:`cached_ultralytics_models`): each export is made once per test session,
+and kept on disk under ``.pytest_cache/ultralytics_exports``, keyed by this file's text and
+the versions of torch, ultralytics and onnxslim (``ONNXSCRIPT_EP_PASSES_EXPORT_CACHE=0``
+disables the disk cache, as for tests/torch_models.py); a test asks for the exports it
+reads, and only those not made yet are exported.
 
 torchvision: ``import ultralytics`` reads ``importlib.metadata.version("torchvision")``, so
 the install folder holds torchvision 0.28.0, the release for torch 2.13.0 (what ``pip install
@@ -43,14 +54,18 @@ __all__ = [
     "OPSETS",
     "ULTRALYTICS_OPSETS",
     "Export",
+    "cached_ultralytics_models",
     "export_ultralytics_models",
     "find_ultralytics",
     "main",
 ]
 
 import argparse
+import atexit
 import concurrent.futures
 import dataclasses
+import functools
+import hashlib
 import json
 import os
 import shutil
@@ -79,7 +94,7 @@ class Export:
 
     model: str
     opset: int
-    exporter: str  # "ultralytics" or "dynamo"
+    exporter: str  # "ultralytics", "torchscript" (ultralytics', no onnxslim) or "dynamo"
     path: Path
     seconds: float
 
@@ -95,11 +110,17 @@ def find_ultralytics() -> tuple[Path | None, str]:
     return target, ""
 
 
-def _jobs(models: Sequence[str], opsets: Sequence[int]) -> list[tuple[str, str, list[int]]]:
+def _jobs(
+    models: Sequence[str], opsets: Sequence[int], simplify: bool = True
+) -> list[tuple[str, str, list[int]]]:
     """One subprocess per ultralytics export (each builds its model: seconds), one per
-    model for the dynamo exports (they share one trace); the slowest (rtdetr-l) first."""
+    model for the dynamo exports (they share one trace) and for the TorchScript exports
+    without onnxslim (seconds each); the slowest (rtdetr-l) first."""
     jobs = []
     for name in sorted(models, key=lambda n: not n.startswith("rtdetr")):
+        if not simplify:
+            jobs.append((name, "torchscript", [o for o in opsets if o in ULTRALYTICS_OPSETS]))
+            continue
         jobs += [(name, "ultralytics", [o]) for o in opsets if o in ULTRALYTICS_OPSETS]
         dynamo = [o for o in opsets if o in DYNAMO_OPSETS]
         if dynamo:
@@ -113,16 +134,21 @@ def export_ultralytics_models(
     models: Sequence[str] = MODELS,
     opsets: Sequence[int] = OPSETS,
     timeout: float = 900.0,
+    *,
+    simplify: bool = True,
 ) -> dict[tuple[str, int], Export]:
-    """Export ``models`` at ``opsets`` into ``out`` (:func:`_jobs`), as many subprocesses
-    at once as there are CPUs (at least two); the exports by (name, opset)."""
+    """Export ``models`` at ``opsets`` into ``out`` (:func:`_jobs`; ``simplify=False``: the
+    TorchScript exports without onnxslim, opsets 18-20 only), as many subprocesses at
+    once as there are CPUs (at least two); the exports by (name, opset)."""
+    if not simplify and any(o not in ULTRALYTICS_OPSETS for o in opsets):
+        raise ValueError(f"TorchScript exports reach opsets {ULTRALYTICS_OPSETS} only")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(target), str(REPO / "src")])
     env["YOLO_OFFLINE"] = "1"  # ultralytics' own switch: no update checks
     env["YOLO_AUTOINSTALL"] = "False"  # never pip install a missing requirement
     env["YOLO_VERBOSE"] = "False"
     out.mkdir(parents=True, exist_ok=True)
-    jobs = _jobs(models, opsets)
+    jobs = _jobs(models, opsets, simplify)
 
     def run(job: tuple[str, str, list[int]]) -> list[Export]:
         name, exporter, job_opsets = job
@@ -147,6 +173,75 @@ def export_ultralytics_models(
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         done = [e for result in pool.map(run, jobs) for e in result]
     return {(e.model, e.opset): e for e in done}
+
+
+def _cache_dir(target: Path) -> Path | None:
+    """The disk cache of the exports (module docstring), or None when disabled."""
+    if os.environ.get("ONNXSCRIPT_EP_PASSES_EXPORT_CACHE") == "0":
+        return None
+    import torch
+
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    for package in ("ultralytics", "onnxslim"):
+        # the installed versions: pip's metadata folders in the install folder
+        digest.update(" ".join(sorted(p.name for p in target.glob(f"{package}-*"))).encode())
+    digest.update(torch.__version__.encode())
+    return REPO / ".pytest_cache" / "ultralytics_exports" / digest.hexdigest()[:16]
+
+
+@functools.cache
+def _cached(target: Path, name: str, opset: int, simplify: bool) -> Export | None:
+    """The export on disk, if an earlier session made it (None otherwise)."""
+    folder = _cache_dir(target)
+    manifest = None if folder is None else folder / _file(name, opset, simplify, ".json")
+    if manifest is None or not manifest.is_file():
+        return None
+    entry = json.loads(manifest.read_text())
+    path = manifest.with_name(entry["file"])
+    return (
+        Export(name, opset, entry["exporter"], path, entry["seconds"]) if path.is_file() else None
+    )
+
+
+@functools.cache
+def _session_folder() -> Path:
+    """Where the exports go when the disk cache is disabled: removed at exit."""
+    folder = Path(tempfile.mkdtemp(prefix="ultralytics_exports_"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def _file(name: str, opset: int, simplify: bool, suffix: str = ".onnx") -> str:
+    return f"{name}-{'opset' if simplify else 'torchscript'}{opset}{suffix}"
+
+
+def cached_ultralytics_models(
+    target: Path,
+    models: Sequence[str] = MODELS,
+    opsets: Sequence[int] = OPSETS,
+    *,
+    simplify: bool = True,
+) -> dict[tuple[str, int], Export]:
+    """:func:`export_ultralytics_models`, each export made once (module docstring:
+    caching); the exports by (name, opset)."""
+    found = {(n, o): _cached(target, n, o, simplify) for n in models for o in opsets}
+    missing = [key for key, export in found.items() if export is None]
+    if missing:
+        folder = _cache_dir(target) or _session_folder()
+        names = sorted({n for n, _ in missing})
+        todo = sorted({o for _, o in missing})
+        made = export_ultralytics_models(folder, target, names, todo, simplify=simplify)
+        for (name, opset), export in made.items():
+            record = {
+                "file": export.path.name,
+                "exporter": export.exporter,
+                "seconds": export.seconds,
+            }
+            manifest = folder / _file(name, opset, simplify, ".json")
+            manifest.write_text(json.dumps(record))
+        _cached.cache_clear()
+        found.update({key: made[key] for key in missing})
+    return {key: export for key, export in found.items() if export is not None}
 
 
 def _block_network() -> None:
@@ -213,7 +308,7 @@ def _prepared(wrapper):  # type: ignore[no-untyped-def]
     return model, image
 
 
-def _export_ultralytics(wrapper, name: str, opset: int, out: Path) -> str:  # type: ignore[no-untyped-def]
+def _export_ultralytics(wrapper, name: str, opset: int, out: Path, simplify: bool) -> str:  # type: ignore[no-untyped-def]
     with tempfile.TemporaryDirectory(dir=out) as work:
         cwd = os.getcwd()
         os.chdir(work)  # the exporter writes <name>.onnx into the working directory
@@ -226,10 +321,11 @@ def _export_ultralytics(wrapper, name: str, opset: int, out: Path) -> str:  # ty
                 nms=False,
                 dynamic=False,
                 device="cpu",
+                simplify=simplify,
             )
         finally:
             os.chdir(cwd)
-        file = f"{name}-opset{opset}.onnx"
+        file = _file(name, opset, simplify)
         shutil.move(os.path.join(work, written), out / file)
     return file
 
@@ -238,7 +334,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--model", required=True, choices=MODELS)
-    parser.add_argument("--exporter", required=True, choices=("ultralytics", "dynamo"))
+    parser.add_argument(
+        "--exporter", required=True, choices=("ultralytics", "torchscript", "dynamo")
+    )
     parser.add_argument("--opsets", nargs="+", type=int, required=True)
     ns = parser.parse_args(argv)
     _block_network()
@@ -249,9 +347,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     exports = []
     start = time.perf_counter()
     wrapper = _built(name)
-    if ns.exporter == "ultralytics":
+    if ns.exporter in ("ultralytics", "torchscript"):
+        simplify = ns.exporter == "ultralytics"
         for opset in ns.opsets:
-            file = _export_ultralytics(wrapper, name, opset, out)
+            file = _export_ultralytics(wrapper, name, opset, out, simplify)
             exports.append({"opset": opset, "file": file})
     else:
         model, image = _prepared(wrapper)

@@ -157,6 +157,24 @@ def test_a_reshape_chain_with_a_static_result_becomes_one_reshape() -> None:
     assert [n.name for n in pred.nodes] == ["relu", "reshape_new_reshape", "relu_out"]
 
 
+@pytest.mark.parametrize(("first", "last", "kept"), [(1, 0, 3), (0, 1, 2), (1, 1, 3)])
+def test_a_reshape_with_allowzero_neither_starts_nor_extends_a_chain(
+    first: int, last: int, kept: int
+) -> None:
+    nodes = [
+        oh.make_node("Relu", ["x"], ["r"], name="relu"),
+        oh.make_node("Reshape", ["r", "s6"], ["flat"], name="reshape", allowzero=first),
+        oh.make_node("Unsqueeze", ["flat", "ax0"], ["u"], name="unsqueeze"),
+        oh.make_node("Reshape", ["u", "s23"], ["q"], name="reshape_last", allowzero=last),
+        oh.make_node("Relu", ["q"], ["y"], name="relu_out"),
+    ]
+    inits = [_i64("s6", [6]), _i64("ax0", [0]), _i64("s23", [2, 3])]
+    model = _model(nodes, [_x()], [_y()], inits)
+    pred = predict_placement(model, TABLE, optimization_level=1)
+    assert collections.Counter(n.name for n in pred.nodes) == _ort_kept(model)
+    assert len(pred.nodes) == kept + 2
+
+
 def test_transpose_pairs_that_cancel_go() -> None:
     nodes = [
         oh.make_node("Relu", ["x"], ["r"], name="relu"),

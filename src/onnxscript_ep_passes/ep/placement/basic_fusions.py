@@ -19,10 +19,23 @@ from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatValue
 _RESHAPES = frozenset({"Reshape", "Squeeze", "Unsqueeze"})
 
 
+def _allows_zero(node: FlatNode) -> bool:
+    """A ``Reshape`` with ``allowzero=1``: ORT neither starts nor extends a chain with it
+    (measured on ORT 1.32: Reshape(allowzero=1) -> Unsqueeze -> Reshape stays three
+    nodes; Reshape -> Unsqueeze -> Reshape(allowzero=1) fuses the first two)."""
+    ir_node = node.node
+    if node.op_type != "Reshape" or ir_node is None:
+        return False
+    attr = ir_node.attributes.get("allowzero")
+    return isinstance(attr, ir.Attr) and not attr.is_ref() and attr.value == 1
+
+
 def fuse_contiguous_reshapes(state: ScopeEdits) -> bool:
     changed = False
     for node in state.scope.nodes:
         if not state.optimizable(node) or node.domain != "" or node.op_type != "Reshape":
+            continue
+        if _allows_zero(node):
             continue
         if len(node.inputs) < 2 or node.inputs[0] is None or node.inputs[1] is None:
             continue
@@ -39,6 +52,7 @@ def fuse_contiguous_reshapes(state: ScopeEdits) -> bool:
                 or not state.optimizable(following)
                 or following.domain != ""
                 or following.op_type not in _RESHAPES
+                or _allows_zero(following)
             ):
                 break
             chain.append(following)
@@ -112,6 +126,8 @@ def cancel_transposes(state: ScopeEdits) -> bool:
 
 
 def _static_rank(value: FlatValue) -> int | None:
+    if value.shape is not None:
+        return len(value.shape)
     ir_value = value.ir_value
     shape = ir_value.shape if ir_value is not None else None
     return None if shape is None else len(shape)

@@ -18,14 +18,16 @@ a round changes nothing (ORT's transformer manager repeats its level up to 10 ti
    merged) as an earlier one in ORT's topological order, on the same inputs, is replaced
    by it. Random ops and
    ``DequantizeLinear`` are never merged; a node whose output is a graph output is kept.
-4. Constant folding: a deterministic ai.onnx node without subgraphs, all of whose inputs
+4. Constant folding (in ORT's topological order where :mod:`.load_shapes` runs, each
+   node inferred again once one has folded): a deterministic ai.onnx node without subgraphs, all of whose inputs
    are constant initializers, and that ORT's CPU EP has a kernel for (by version), is
    computed at session creation: its outputs become initializers. A ``Shape`` whose input
    has a fully static shape is folded whatever its input is. The nodes that only fed a
    folded node are removed with it (ORT's bottom-up removal of single-consumer chains).
 5. Contiguous reshapes: a ``Reshape`` followed by ``Reshape``/``Squeeze``/``Unsqueeze``
-   nodes, each the only consumer of the one before (none a graph output), whose last
-   output has a fully static shape, becomes one ``Reshape`` to that shape, named
+   nodes, each the only consumer of the one before (none a graph output, no ``Reshape``
+   with ``allowzero=1``), whose last output has a fully static shape, becomes one
+   ``Reshape`` to that shape, named
    ``<first>_new_reshape`` (its record's ``node`` is the first node); the others are
    removed.
 6. Transpose pairs (ORT's transpose optimizer, in part): a ``Transpose`` of a
@@ -39,15 +41,17 @@ Rules for what ORT does not do here:
   after these optimizations. Model-local functions are inlined before (ORT inlines them
   ahead of time), so their nodes are.
 - Values computed by folding are not compared with other constants (ORT could share a
-  folded scalar with an equal one on the next round; we do not evaluate nodes).
+  folded scalar with an equal one on the next round); they are computed only where
+  :mod:`.load_shapes` runs, for its inference and the eliminations that read constants.
 - Not modelled: ORT's other fusions at this level (Conv+BatchNormalization/Add/Mul,
   MatMul+Add into Gemm, Reshape's Shape->Gather->Unsqueeze->Concat subgraph into a
   constant when the shape is dynamic, Div+Mul, Not+Where, Gemm+Transpose,
   Relu+Clip, the rest of the transpose optimizer: pushing Transposes through other ops,
   merging two into one) and the no-op arithmetic rule (Add of 0, Mul by 1).
-- Shapes are the model's own (its value types): where ORT's shape inference knows a
-  shape the model does not spell, ORT can fold or eliminate more (an ``Expand`` to a
-  shape it already has).
+- Shapes are the model's own (its value types) and, where the model leaves values
+  without a shape, ORT's inference at load and after each round that changed the graph
+  (:mod:`.load_shapes`: no data propagation; folded values computed). A model that spells
+  every value's shape is read as it spells it.
 - ORT inlines the schema body of an op in the graph itself (CastLike) before these
   optimizations when no EP claims the op (measured: the Cast of a lowered decoder's
   CastLike of a constant is folded), but not Attention-25's (measured: its body is placed
@@ -83,6 +87,7 @@ from onnxscript_ep_passes.ep.placement.edits import (
     static_shape,
 )
 from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatScope, FlatValue
+from onnxscript_ep_passes.ep.placement.load_shapes import LoadShapes
 from onnxscript_ep_passes.ep.placement.results import RemovedNode
 
 logger = logging.getLogger(__name__)
@@ -133,16 +138,19 @@ def apply_basic_optimizations(scope: FlatScope) -> list[RemovedNode]:
     """ORT's level-1 optimizations on one scope (module docstring); the nodes removed."""
     removed: list[RemovedNode] = []
     state = ScopeEdits(scope, removed)
+    shapes = LoadShapes.of(scope)  # ORT's inference at load
     for _ in range(_MAX_ROUNDS):
         changed = _eliminate_redundant(state)
         changed |= _share_constants(state)
         changed |= _eliminate_common_subexpressions(state)
-        changed |= _fold_constants(state)
+        changed |= _fold_constants(state, shapes)
         changed |= fuse_contiguous_reshapes(state)
         changed |= cancel_transposes(state)
         state.finish()
         if not changed:
             break
+        if shapes is not None:
+            shapes.resolve()  # ORT resolves the graph after a transformer changed it
     if removed:
         logger.debug("%s: ORT's basic optimizations remove %d nodes", scope.name, len(removed))
     return removed
@@ -358,14 +366,21 @@ def _attributes_key(ir_node: ir.Node) -> Hashable | None:
 # -- 4. constant folding --------------------------------------------------------------------
 
 
-def _fold_constants(state: ScopeEdits) -> bool:
+def _fold_constants(state: ScopeEdits, shapes: LoadShapes | None = None) -> bool:
     changed = False
-    for node in state.scope.nodes:
+    nodes = state.scope.nodes
+    if shapes is not None:  # ORT's order, inferring each node again once one has folded
+        nodes = ort_topological_order([n for n in nodes if n not in state.gone])
+    for node in nodes:
         if not state.optimizable(node):
             continue
+        if shapes is not None and changed:
+            shapes.update(node)
         rule = _folding_rule(node)
         if rule is None:
             continue
+        if shapes is not None:
+            shapes.evaluate(node)  # what ORT computes, for its next inference
         producers = [v.producer for v in node.inputs if v is not None and v.producer is not None]
         for out in node.outputs:
             if out is not None:

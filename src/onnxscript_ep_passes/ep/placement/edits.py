@@ -12,8 +12,11 @@ Shared by :mod:`.basic_optimizations` and :mod:`.basic_fusions`. Rules:
   which decides, e.g., which of two equal nodes common-subexpression elimination keeps;
   a node's index is its place in the scope (ORT appends the nodes of functions it
   inlines at the end; here they stand where their call was).
-- Shapes are the model's own (the IR value's shape); a constant's data is an
-  initializer's or a ``Constant``'s attribute; values computed by folding have none.
+- Shapes are the model's own (the IR value's shape), or ORT's where its inference knows
+  what the model does not say (:mod:`.load_shapes`); a constant's data is an
+  initializer's or a ``Constant``'s attribute, or what folding computed where
+  :mod:`.load_shapes` runs (:func:`constant_tensor`, which constant sharing reads, gives
+  only the former).
 """
 
 from __future__ import annotations
@@ -84,11 +87,15 @@ def has_subgraph(node: FlatNode) -> bool:
 
 
 def static_shape(value: FlatValue) -> list[int] | None:
-    """The value's shape when every dimension is a number (from the model's types)."""
+    """The value's shape when every dimension is a number: from ORT's inference where the
+    model's types do not say it (:mod:`.load_shapes`), else from the model's types."""
+    if value.shape is not None:
+        return list(value.shape)
     ir_value = value.ir_value
     shape = ir_value.shape if ir_value is not None else None
     if shape is None:
-        return None
+        tensor = constant_tensor(value)  # a Constant's output the model gives no type
+        return None if tensor is None else [int(d) for d in tensor.shape.numpy()]
     dims = [d for d in shape if isinstance(d, int)]
     return dims if len(dims) == len(shape) else None
 
@@ -130,6 +137,9 @@ def constant_tensor(value: FlatValue) -> ir.TensorProtocol | None:
 
 
 def constant_array(value: FlatValue) -> np.ndarray | None:
+    """A constant's data, computed by folding included (:mod:`.load_shapes`)."""
+    if value.data is not None:
+        return value.data
     tensor = constant_tensor(value)
     if tensor is None:
         return None

@@ -21,6 +21,7 @@ __all__ = ["FlatNode", "FlatScope", "FlatValue", "ValueKind"]
 import dataclasses
 from typing import Literal
 
+import numpy as np
 import onnx_ir as ir
 
 from onnxscript_ep_passes.ep.placement.results import ReasonCode
@@ -39,6 +40,8 @@ class FlatValue:
     consumers: list[tuple[FlatNode, int]] = dataclasses.field(default_factory=list)
     is_output: bool = False
     ir_value: ir.Value | None = None  # the IR value whose data this is
+    shape: tuple[int, ...] | None = None  # static to ORT, not to the model (.load_shapes)
+    data: np.ndarray | None = None  # computed by folding (.load_shapes)
 
 
 @dataclasses.dataclass(eq=False, slots=True)

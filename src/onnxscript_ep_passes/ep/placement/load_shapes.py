@@ -1,0 +1,329 @@
+"""The shapes ORT knows when it optimizes: its shape inference at load and after each round.
+
+ORT infers every node's output types and shapes when it loads a model (``Graph::Resolve``)
+and again after each graph transformer that changed the graph, so a value the model
+leaves without a shape (TorchScript exports write no ``value_info`` for intermediate
+values) can still be static to ORT's basic optimizations: a ``Shape`` of it folds, and so
+does the arithmetic that reads that ``Shape``. This module replays that inference for the
+placement prediction. Rules (measured on ORT 1.32):
+
+- The inference is ONNX's schema inference, node by node in topological order, each
+  node's inferred shape merged into what the model says (a dimension the model gives is
+  kept; one it leaves unknown, or a shape it leaves out, is filled in). The data of
+  constant inputs is given to it (initializers, ``Constant`` outputs and values computed
+  by folding, of at most :data:`DATA_LIMIT` elements): a ``Reshape`` or ``Pad`` whose
+  shape input is constant has a static output.
+- Without data propagation: a shape computed from another value's shape (``Shape`` ->
+  ``Gather`` -> ``Mul`` -> ``Concat`` -> ``Reshape``) is not known until that arithmetic
+  has been folded (measured: ORT keeps a ``Shape`` of such a ``Reshape`` of a dynamic
+  input, whose shape ONNX's ``data_prop=True`` infers statically, at ORT_ENABLE_BASIC,
+  for ``Mul`` and ``Div`` alike).
+- ORT's constant folding walks the nodes in its topological order and, once it has
+  folded a node, infers each later node again just before deciding whether to fold it
+  (``ConstantFolding::ApplyImpl`` calls ``Graph::UpdateShapeInference``): one pass folds
+  a chain whose shapes become static as it goes.
+- Folding computes values: a folded node whose inputs' data are known is evaluated
+  (``Shape`` from its input's static shape, every other op by ONNX's reference
+  implementation), so the next round's inference reads them, as ORT's reads the
+  initializers its folding made. A node that cannot be evaluated leaves its outputs
+  without data.
+- It runs only on scopes where some node output has no shape in the model: where every
+  value has one, ORT's inference learns nothing the predictor's rules read (static
+  shapes), except from folded data, which the model's own shapes already state. Within
+  a scope, a node is inferred when an output has no shape in the model or an input has
+  one the inference or folding learned (a shape, or data); elsewhere the model's shapes
+  are taken as they are (a model that spells a shape is read as it spells it), so a
+  large exported decoder with a few untyped values costs a few inferences, not one per
+  node.
+- Only ONNX-domain nodes of the scope's own opset line are inferred; nodes of schema
+  bodies ORT inlines while partitioning and nodes ORT inserts are not (they come after).
+"""
+
+from __future__ import annotations
+
+__all__ = ["DATA_LIMIT", "LoadShapes"]
+
+import logging
+from collections.abc import Iterable
+
+import numpy as np
+import onnx
+import onnx.helper
+import onnx.numpy_helper
+import onnx.shape_inference
+import onnx_ir as ir
+
+from onnxscript_ep_passes.core.onnx_utils import get_schema
+from onnxscript_ep_passes.ep.placement.edits import (
+    constant_array,
+    ort_topological_order,
+    static_shape,
+)
+from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatScope, FlatValue
+from onnxscript_ep_passes.ep.placement.kernels import type_proto
+
+logger = logging.getLogger(__name__)
+
+DATA_LIMIT = 1024
+"""The most elements of a constant input whose data is given to the inference."""
+
+_Dims = tuple[int | None, ...]
+
+
+def _model_dims(value: FlatValue) -> _Dims | None:
+    ir_value = value.ir_value
+    shape = ir_value.shape if ir_value is not None else None
+    if shape is None:
+        return None
+    return tuple(d if isinstance(d, int) else None for d in shape)
+
+
+def _data(value: FlatValue) -> np.ndarray | None:
+    if value.data is not None:
+        return value.data
+    if value.kind != "initializer" or value.size is None or value.size > DATA_LIMIT:
+        return None
+    return constant_array(value)
+
+
+class LoadShapes:
+    """ORT's inference on one scope: :meth:`of` runs it at load, :meth:`resolve` after a
+    round that changed the graph, :meth:`update` on one node during folding,
+    :meth:`evaluate` computes a folded node's outputs."""
+
+    def __init__(self, scope: FlatScope) -> None:
+        self.scope = scope
+        self.dims: dict[FlatValue, _Dims | None] = {}
+        self._given: dict[FlatValue, onnx.TensorProto | None] = {}  # an input's data, once
+        self._seen: dict[FlatNode, tuple[object, ...]] = {}  # its inputs when last inferred
+
+    @classmethod
+    def of(cls, scope: FlatScope) -> LoadShapes | None:
+        """The inference at load, or None where it does not run (module docstring)."""
+        if not any(
+            o is not None and o.ir_value is not None and o.ir_value.shape is None
+            for n in scope.nodes
+            for o in n.outputs
+        ):
+            return None
+        shapes = cls(scope)
+        shapes.resolve()
+        return shapes
+
+    def _dims_of(self, value: FlatValue) -> _Dims | None:
+        if value.shape is not None:
+            return value.shape
+        if value in self.dims:
+            return self.dims[value]
+        dims = _model_dims(value)
+        if dims is None and value.kind == "initializer":
+            static = static_shape(value)  # a Constant's output: its tensor's shape
+            return None if static is None else tuple(static)
+        return dims
+
+    def resolve(self) -> int:
+        """Infer every node's outputs in ORT's topological order (``Graph::Resolve``); the
+        number of values whose shape became static."""
+        nodes = [n for n in self.scope.nodes if not n.inlined_by_ort and not n.inserted]
+        learned = sum(self.update(node) for node in ort_topological_order(nodes))
+        if learned:
+            logger.debug("%s: ORT's inference makes %d shapes static", self.scope.name, learned)
+        return learned
+
+    def update(self, node: FlatNode) -> int:
+        """Infer ``node``'s outputs from what its inputs are now (ORT's
+        ``Graph::UpdateShapeInference``); the number of outputs whose shape became static.
+        A node whose inputs are what they were at its last inference is not inferred
+        again (the same inputs infer the same outputs), nor one whose outputs all have
+        the model's shapes and whose inputs are as the model says (module docstring)."""
+        if not self._may_learn(node):
+            return 0
+        seen = tuple(
+            None if v is None else (id(v), self._dims_of(v), v.data is not None)
+            for v in node.inputs
+        )
+        if self._seen.get(node) == seen:
+            return 0
+        self._seen[node] = seen
+        learned = 0
+        for out, dims in zip(node.outputs, self._infer(node)):
+            if out is None or dims is None:
+                continue
+            merged = _merge(self._dims_of(out), dims)
+            if merged != _model_dims(out):
+                self.dims[out] = merged
+            if out.shape is None and merged is not None and None not in merged:
+                out.shape = tuple(int(d) for d in merged if d is not None)
+                learned += 1
+        return learned
+
+    def _may_learn(self, node: FlatNode) -> bool:
+        """Whether inferring ``node`` can tell more than the model: an output has no shape
+        in the model, or an input has one the inference or folding learned."""
+        if any(
+            o is not None and o.ir_value is not None and o.ir_value.shape is None
+            for o in node.outputs
+        ):
+            return True
+        return any(
+            v is not None and (v in self.dims or v.data is not None or v.shape is not None)
+            for v in node.inputs
+        )
+
+    def _infer(self, node: FlatNode) -> list[_Dims | None]:
+        unknown: list[_Dims | None] = [None] * len(node.outputs)
+        ir_node = node.node
+        if node.domain != "" or ir_node is None or node.since_version is None:
+            return unknown
+        schema = get_schema(node.op_type, self.scope.opset or node.since_version)
+        if schema is None or schema.since_version != node.since_version:
+            return unknown
+        names: list[str] = []
+        types: dict[str, onnx.TypeProto] = {}
+        data: dict[str, onnx.TensorProto] = {}
+        for i, value in enumerate(node.inputs):
+            if value is None:
+                names.append("")
+                continue
+            name = f"in{i}"
+            names.append(name)
+            tp = type_proto(value.dtype) if value.dtype else None
+            if tp is None:
+                return unknown
+            dims = self._dims_of(value)
+            if dims is not None:
+                shape = tp.tensor_type.shape
+                shape.Clear()
+                for d in dims:
+                    dim = shape.dim.add()
+                    if d is not None:
+                        dim.dim_value = d
+            types[name] = tp
+            given = self._data_proto(value)
+            if given is not None:
+                data[name] = given
+        outs = [f"out{i}" if o is not None else "" for i, o in enumerate(node.outputs)]
+        try:
+            proto = _node_proto(ir_node, names, outs)
+            inferred = onnx.shape_inference.infer_node_outputs(
+                schema,
+                proto,
+                types,
+                data,
+                opset_imports=[onnx.helper.make_opsetid("", self.scope.opset)],
+            )
+        except Exception as error:  # inference is best effort, as ORT's is per node
+            logger.debug("no shape inferred for %s (%s): %s", node.name, node.op_type, error)
+            return unknown
+        result: list[_Dims | None] = []
+        for name in outs:
+            tp = inferred.get(name) if name else None
+            if tp is None or not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
+                result.append(None)
+                continue
+            result.append(
+                tuple(
+                    d.dim_value if d.HasField("dim_value") else None
+                    for d in tp.tensor_type.shape.dim
+                )
+            )
+        return result
+
+    def _data_proto(self, value: FlatValue) -> onnx.TensorProto | None:
+        """The data the inference is given for ``value`` (module docstring), made once
+        (a folded value's data is set before any node reads it)."""
+        if value in self._given:
+            return self._given[value]
+        array = _data(value)
+        given = None
+        if array is not None and array.size <= DATA_LIMIT:
+            given = onnx.numpy_helper.from_array(np.asarray(array))
+        if value.data is not None or value.kind != "node":
+            self._given[value] = given
+        return given
+
+    def evaluate(self, node: FlatNode) -> None:
+        """Give ``node``'s outputs the data its folding computes, where it can be."""
+        out = node.outputs[0] if node.outputs else None
+        if out is None:
+            return
+        if node.op_type == "Shape":
+            data = node.inputs[0]
+            dims = None if data is None else static_shape(data)
+            if dims is None:
+                return
+            start, end = _shape_range(node, len(dims))
+            out.data = np.asarray(dims[start:end], dtype=np.int64)
+            return
+        arrays: list[np.ndarray | None] = []
+        for value in node.inputs:
+            if value is None:
+                arrays.append(None)
+                continue
+            array = _data(value) if value.data is None else value.data
+            if array is None:
+                return
+            arrays.append(array)
+        outputs = _run_reference(node, arrays, self.scope.opset)
+        if outputs is None:
+            return
+        for value, array in zip(node.outputs, outputs):
+            if value is not None and array is not None:
+                value.data = np.asarray(array)
+                value.shape = tuple(int(d) for d in value.data.shape)
+
+
+def _merge(existing: _Dims | None, inferred: _Dims) -> _Dims | None:
+    """ORT's merge of an inferred shape into the one it has: known dimensions are kept."""
+    if existing is None:
+        return inferred
+    if len(existing) != len(inferred):
+        return existing
+    return tuple(e if e is not None else i for e, i in zip(existing, inferred))
+
+
+def _node_proto(node: ir.Node, inputs: Iterable[str], outputs: Iterable[str]) -> onnx.NodeProto:
+    proto = onnx.helper.make_node(node.op_type, list(inputs), list(outputs))
+    for attr in node.attributes.values():
+        if not isinstance(attr, ir.Attr) or attr.is_ref():
+            continue
+        if attr.type not in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+            proto.attribute.append(ir.serde.serialize_attribute(attr))
+    return proto
+
+
+def _shape_range(node: FlatNode, rank: int) -> tuple[int, int]:
+    ir_node = node.node
+    start, end = 0, rank
+    if ir_node is not None:
+        start_attr, end_attr = ir_node.attributes.get("start"), ir_node.attributes.get("end")
+        if isinstance(start_attr, ir.Attr) and not start_attr.is_ref():
+            start = int(start_attr.value)
+        if isinstance(end_attr, ir.Attr) and not end_attr.is_ref():
+            end = int(end_attr.value)
+    start = max(0, min(rank, start + rank if start < 0 else start))
+    end = max(0, min(rank, end + rank if end < 0 else end))
+    return start, end
+
+
+def _run_reference(
+    node: FlatNode, arrays: list[np.ndarray | None], opset: int
+) -> list[np.ndarray | None] | None:
+    """``node`` computed by ONNX's reference implementation, or None if it cannot be."""
+    import onnx.reference
+
+    ir_node = node.node
+    if ir_node is None:
+        return None
+    names = [f"in{i}" if a is not None else "" for i, a in enumerate(arrays)]
+    outs = [f"out{i}" if o is not None else "" for i, o in enumerate(node.outputs)]
+    try:
+        proto = _node_proto(ir_node, names, outs)
+        evaluator = onnx.reference.ReferenceEvaluator(proto, opsets={"": opset})
+        feeds = {n: a for n, a in zip(names, arrays) if n and a is not None}
+        results = evaluator.run([o for o in outs if o], feeds)
+    except Exception as error:  # not evaluable here: its outputs stay without data
+        logger.debug("cannot evaluate %s (%s): %s", node.name, node.op_type, error)
+        return None
+    it = iter(results)
+    return [next(it) if o else None for o in outs]
