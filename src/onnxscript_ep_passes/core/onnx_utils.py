@@ -82,8 +82,9 @@ _GRAPH = ir.AttributeType.GRAPH
 _GRAPHS = ir.AttributeType.GRAPHS
 
 
-def walk(graph: ir.Graph | ir.Function) -> tuple[list[ir.Node], list[ir.Graph]]:
-    """Every node of ``graph`` and its subgraphs, and every subgraph, in traversal order:
+def walk(graph: ir.Graph | ir.Function | Iterable[ir.Node]) -> tuple[list[ir.Node], list[ir.Graph]]:
+    """Every node of ``graph`` (or of a sequence of nodes) and its subgraphs, and every
+    subgraph, in traversal order:
     onnx-ir's ``RecursiveGraphIterator`` order for the nodes (each node, then the nodes of
     its subgraphs, depth first), ``Graph.subgraphs()`` order for the graphs. A node's
     attribute dict is read directly and only GRAPH/GRAPHS attributes are entered, so a

@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxscript_ep_passes.core.onnx_utils import walk
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.function_body import expand_function_body
 from onnxscript_ep_passes.lowering.types import TypeOracle, infer_node_output_types
@@ -108,27 +109,19 @@ class NameIndex:
         index = self._nodes
         if index is None:
             return
-        for node in nodes:
+        for node in walk(nodes)[0]:
             if node.name:
                 index.setdefault(node.name, []).append(node)
-            for attr in node.attributes.values():
-                if isinstance(attr, ir.Attr) and attr.type in _GRAPH_ATTRIBUTES:
-                    graphs = [attr.value] if attr.type == ir.AttributeType.GRAPH else attr.value
-                    for graph in graphs:
-                        self.add(ir.traversal.RecursiveGraphIterator(graph))
 
     def in_use(self, name: str) -> bool:
         if self._nodes is None:
             self._nodes = {}
-            self.add(ir.traversal.RecursiveGraphIterator(self.graph))
+            self.add(self.graph)
         return any(node.graph is not None for node in self._nodes.get(name, ()))
 
     def names(self) -> NodeNames:
         """Fresh names for one node's rewrite (counters from 1, as a new :class:`NodeNames`)."""
         return NodeNames(self.graph, self)
-
-
-_GRAPH_ATTRIBUTES = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
 
 
 class DowngradeContext:
