@@ -23,6 +23,7 @@ __all__ = [
     "decide_kernel",
     "decisions_of",
     "infer_types",
+    "inference_node_proto",
     "proto_type_string",
     "type_bindings",
     "type_proto",
@@ -121,6 +122,20 @@ def infer_types(flat: FlatNode, node: ir.Node, schema: onnx.defs.OpSchema, opset
             o.dtype = dtype
 
 
+def inference_node_proto(
+    node: ir.Node, inputs: Sequence[str], outputs: Sequence[str], *, domain: str = ""
+) -> onnx.NodeProto:
+    """``node`` as ONNX's per-node inference reads it: its op and its attributes (no
+    subgraph, no reference) on the value names ``inputs`` and ``outputs``."""
+    proto = onnx.helper.make_node(node.op_type, list(inputs), list(outputs), domain=domain)
+    for attr in node.attributes.values():
+        if not isinstance(attr, ir.Attr) or attr.is_ref():
+            continue
+        if attr.type not in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+            proto.attribute.append(ir.serde.serialize_attribute(attr))
+    return proto
+
+
 def _infer_output_types(
     flat: FlatNode, node: ir.Node, schema: onnx.defs.OpSchema, opset: int
 ) -> _Inferred:
@@ -139,12 +154,7 @@ def _infer_output_types(
     out_names = [f"out{i}" if o is not None else "" for i, o in enumerate(flat.outputs)]
     unknown = tuple(None for _ in flat.outputs)
     try:
-        proto = onnx.helper.make_node(node.op_type, names, out_names, domain=node.domain)
-        for attr in node.attributes.values():
-            if not isinstance(attr, ir.Attr) or attr.is_ref():
-                continue
-            if attr.type not in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
-                proto.attribute.append(ir.serde.serialize_attribute(attr))
+        proto = inference_node_proto(node, names, out_names, domain=node.domain)
         inferred = onnx.shape_inference.infer_node_outputs(
             schema,
             proto,

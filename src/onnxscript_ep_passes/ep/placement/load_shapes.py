@@ -44,7 +44,6 @@ from __future__ import annotations
 __all__ = ["DATA_LIMIT", "LoadShapes"]
 
 import logging
-from collections.abc import Iterable
 
 import numpy as np
 import onnx
@@ -60,7 +59,7 @@ from onnxscript_ep_passes.ep.placement.edits import (
     static_shape,
 )
 from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatScope, FlatValue
-from onnxscript_ep_passes.ep.placement.kernels import type_proto
+from onnxscript_ep_passes.ep.placement.kernels import inference_node_proto, type_proto
 
 logger = logging.getLogger(__name__)
 
@@ -204,7 +203,7 @@ class LoadShapes:
                 data[name] = given
         outs = [f"out{i}" if o is not None else "" for i, o in enumerate(node.outputs)]
         try:
-            proto = _node_proto(ir_node, names, outs)
+            proto = inference_node_proto(ir_node, names, outs)
             inferred = onnx.shape_inference.infer_node_outputs(
                 schema,
                 proto,
@@ -282,16 +281,6 @@ def _merge(existing: _Dims | None, inferred: _Dims) -> _Dims | None:
     return tuple(e if e is not None else i for e, i in zip(existing, inferred))
 
 
-def _node_proto(node: ir.Node, inputs: Iterable[str], outputs: Iterable[str]) -> onnx.NodeProto:
-    proto = onnx.helper.make_node(node.op_type, list(inputs), list(outputs))
-    for attr in node.attributes.values():
-        if not isinstance(attr, ir.Attr) or attr.is_ref():
-            continue
-        if attr.type not in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
-            proto.attribute.append(ir.serde.serialize_attribute(attr))
-    return proto
-
-
 def _shape_range(node: FlatNode, rank: int) -> tuple[int, int]:
     ir_node = node.node
     start, end = 0, rank
@@ -318,7 +307,7 @@ def _run_reference(
     names = [f"in{i}" if a is not None else "" for i, a in enumerate(arrays)]
     outs = [f"out{i}" if o is not None else "" for i, o in enumerate(node.outputs)]
     try:
-        proto = _node_proto(ir_node, names, outs)
+        proto = inference_node_proto(ir_node, names, outs)
         evaluator = onnx.reference.ReferenceEvaluator(proto, opsets={"": opset})
         feeds = {n: a for n, a in zip(names, arrays) if n and a is not None}
         results = evaluator.run([o for o in outs if o], feeds)
