@@ -297,7 +297,7 @@ def _eliminate_common_subexpressions(state: ScopeEdits) -> bool:
     seen: dict[Hashable, FlatNode] = {}
     changed = False
     live = [n for n in state.scope.nodes if n not in state.gone]
-    attributes = state.memo.setdefault("cse_attributes", {})
+    attributes = state.cse_attributes
     for node in ort_topological_order(live):  # the first of equal nodes is kept
         if not state.optimizable(node):
             continue
@@ -322,7 +322,7 @@ def _eliminate_common_subexpressions(state: ScopeEdits) -> bool:
     return changed
 
 
-def _cse_key(node: FlatNode, memo: dict[ir.Node, Hashable]) -> Hashable | None:
+def _cse_key(node: FlatNode, memo: dict[ir.Node, Hashable | None]) -> Hashable | None:
     """What two nodes must share to be merged; ``memo``: the attribute part per IR node,
     read once per prediction (the model is not edited meanwhile)."""
     if node.op_type in _NON_DETERMINISTIC or (
@@ -332,9 +332,9 @@ def _cse_key(node: FlatNode, memo: dict[ir.Node, Hashable]) -> Hashable | None:
     ir_node = node.node
     if ir_node is None or node.inlined_by_ort:
         return None
-    attributes = memo.get(ir_node, _UNREAD)
-    if attributes is _UNREAD:
-        attributes = memo[ir_node] = _attributes_key(ir_node)
+    if ir_node not in memo:
+        memo[ir_node] = _attributes_key(ir_node)
+    attributes = memo[ir_node]
     if attributes is None:
         return None  # a subgraph, a tensor: ORT keeps such nodes distinct
     inputs = list(node.inputs)
@@ -348,9 +348,6 @@ def _cse_key(node: FlatNode, memo: dict[ir.Node, Hashable]) -> Hashable | None:
         tuple(id(v) if v is not None else None for v in inputs),
         tuple(o is not None for o in node.outputs),
     )
-
-
-_UNREAD = object()
 
 
 def _attributes_key(ir_node: ir.Node) -> Hashable | None:

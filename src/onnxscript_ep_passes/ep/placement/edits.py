@@ -31,7 +31,7 @@ __all__ = [
     "static_shape",
 ]
 
-from typing import Any
+from collections.abc import Hashable
 
 import numpy as np
 import onnx_ir as ir
@@ -47,9 +47,9 @@ class ScopeEdits:
         self.scope = scope
         self.removed = removed
         self.gone: set[FlatNode] = set()
-        # What a phase reads once per prediction and keeps across its rounds, by phase
-        # (the model's nodes do not change while it is predicted).
-        self.memo: dict[str, dict[Any, Any]] = {}
+        # Common-subexpression elimination's attribute key per IR node, read once per
+        # prediction and kept across rounds (the model is not edited while predicted).
+        self.cse_attributes: dict[ir.Node, Hashable | None] = {}
 
     def optimizable(self, node: FlatNode) -> bool:
         return node not in self.gone and not node.inlined_by_ort and not node.inserted

@@ -259,7 +259,7 @@ class LoadShapes:
             if value is None:
                 arrays.append(None)
                 continue
-            array = _data(value) if value.data is None else value.data
+            array = _data(value)
             if array is None:
                 return
             arrays.append(array)
