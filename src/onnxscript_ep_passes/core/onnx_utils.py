@@ -21,6 +21,7 @@ __all__ = [
     "attributes_key",
     "built_outputs",
     "get_schema",
+    "is_onnx_op",
     "iter_graphs",
     "iter_nodes",
     "point_external_data",
@@ -36,6 +37,11 @@ from typing import Any
 import onnx
 import onnx.defs
 import onnx_ir as ir
+
+
+def is_onnx_op(node: ir.Node | None, op_type: str) -> bool:
+    """Whether ``node`` is the ai.onnx op ``op_type`` (domain "" or "ai.onnx")."""
+    return node is not None and node.op_type == op_type and node.domain in ("", "ai.onnx")
 
 
 @functools.cache

@@ -40,6 +40,7 @@ import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
+from onnxscript_ep_passes.core.onnx_utils import is_onnx_op
 from onnxscript_ep_passes.fusion.attention import Constants, replace_output
 
 _CHAIN = frozenset(("Unsqueeze", "Squeeze", "Reshape", "Identity"))
@@ -56,10 +57,6 @@ _CAST_TO = frozenset(
 _INT32_MAX = 2**31 - 1
 
 
-def _onnx(node: ir.Node | None, op: str) -> bool:
-    return node is not None and node.op_type == op and node.domain in ("", "ai.onnx")
-
-
 def _scalar(value: ir.Value | None) -> int | None:
     tensor = None if value is None else ir.convenience.get_const_tensor(value)
     if tensor is None:
@@ -71,7 +68,7 @@ def _scalar(value: ir.Value | None) -> int | None:
 def _shape_slice(value: ir.Value | None) -> bool:
     """Whether ``value`` is a one-element slice of a ``Shape`` (a dim: never negative)."""
     node = None if value is None else value.producer()
-    if not _onnx(node, "Shape") or value is None or value.shape is None:
+    if not is_onnx_op(node, "Shape") or value is None or value.shape is None:
         return False
     return list(value.shape) == [1]
 
@@ -114,7 +111,7 @@ def _check_range(node: ir.Node) -> tuple[ir.Value, list[ir.Value]] | None:
     if _scalar(start) != 0 or _scalar(delta) != 1:
         raise ValueError("start is not the constant 0 or delta not the constant 1")
     squeeze = None if limit is None else limit.producer()
-    if not _onnx(squeeze, "Squeeze") or squeeze is None or not _shape_slice(squeeze.inputs[0]):
+    if not is_onnx_op(squeeze, "Squeeze") or squeeze is None or not _shape_slice(squeeze.inputs[0]):
         raise ValueError("the end is not a dimension (Squeeze of a one-element Shape slice)")
     dim = squeeze.inputs[0]
     assert dim is not None
@@ -135,7 +132,7 @@ def _each(
     ``rewrite`` needs; None: not a candidate; ValueError: refused, with the reason)."""
     count, refused = 0, {}
     for node in list(model.graph):
-        if not _onnx(node, op):
+        if not is_onnx_op(node, op):
             continue
         try:
             found = check(node)
@@ -178,7 +175,7 @@ def fuse_int32_positions(model: ir.Model) -> tuple[int, dict[str, str]]:
 def _check_reshape(gather: ir.Node) -> tuple[ir.Node, np.ndarray] | None:
     """``(reshape, table)`` of a Gather the rewrite takes (None: its indices are no
     Reshape); raises ValueError otherwise."""
-    if not _onnx(_producer(gather.inputs[1]), "Reshape"):
+    if not is_onnx_op(_producer(gather.inputs[1]), "Reshape"):
         return None
     if gather.attributes.get_int("axis", 0) != 0:
         raise ValueError("not an axis-0 lookup")
@@ -190,7 +187,7 @@ def _check_reshape(gather: ir.Node) -> tuple[ir.Node, np.ndarray] | None:
         raise ValueError("the table has an empty trailing dim")
     indices = gather.inputs[1]
     reshape = None if indices is None else indices.producer()
-    if indices is None or reshape is None or not _onnx(reshape, "Reshape"):
+    if indices is None or reshape is None or not is_onnx_op(reshape, "Reshape"):
         raise ValueError("the indices are not a Reshape")
     if len(indices.uses()) != 1 or indices.is_graph_output():
         raise ValueError("the reshaped indices have other uses")
@@ -216,7 +213,7 @@ def fuse_gather_before_reshape(model: ir.Model) -> tuple[int, dict[str, str]]:
         trailing = const("trailing", np.array(table.shape[1:], np.int64))
         concat = shape.producer()
         name = gather.name or "Gather"
-        if _onnx(concat, "Concat") and concat is not None and len(shape.uses()) == 1:
+        if is_onnx_op(concat, "Concat") and concat is not None and len(shape.uses()) == 1:
             pieces = [*concat.inputs, trailing]
         else:
             pieces = [shape, trailing]

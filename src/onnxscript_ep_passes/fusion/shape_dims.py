@@ -26,9 +26,7 @@ from collections.abc import Callable
 
 import onnx_ir as ir
 
-
-def _onnx(node: ir.Node | None, op: str) -> bool:
-    return node is not None and node.op_type == op and node.domain in ("", "ai.onnx")
+from onnxscript_ep_passes.core.onnx_utils import is_onnx_op
 
 
 def _one(value: ir.Value | None) -> bool:
@@ -40,13 +38,13 @@ def _reshaped_dim(node: ir.Node, axis: int) -> ir.Value | None:
     if node.attributes.get_int("allowzero", 0) != 1 or len(node.inputs) < 2:
         return None
     concat = node.inputs[1].producer() if node.inputs[1] is not None else None
-    if concat is None or not _onnx(concat, "Concat") or not 0 <= axis < len(concat.inputs):
+    if concat is None or not is_onnx_op(concat, "Concat") or not 0 <= axis < len(concat.inputs):
         return None
     if not all(_one(v) for v in concat.inputs):
         return None
     piece = concat.inputs[axis]
     producer = None if piece is None else piece.producer()
-    return piece if _onnx(producer, "Shape") else None
+    return piece if is_onnx_op(producer, "Shape") else None
 
 
 def _slices_other(node: ir.Node, axis: int) -> bool:
@@ -66,25 +64,25 @@ def dim_of(value: ir.Value, axis: int, add: Callable[..., ir.Value]) -> ir.Value
     current, current_axis = value, axis
     while True:
         node = current.producer()
-        if _onnx(node, "Transpose") and node is not None and node.inputs[0] is not None:
+        if is_onnx_op(node, "Transpose") and node is not None and node.inputs[0] is not None:
             perm = node.attributes.get_ints("perm", None)
             if perm is None or not 0 <= current_axis < len(perm):
                 break
             current, current_axis = node.inputs[0], perm[current_axis]
             continue
-        if _onnx(node, "RotaryEmbedding") and node is not None and node.inputs[0] is not None:
+        if is_onnx_op(node, "RotaryEmbedding") and node is not None and node.inputs[0] is not None:
             current = node.inputs[0]
             continue
-        if _onnx(node, "Slice") and node is not None and _slices_other(node, current_axis):
+        if is_onnx_op(node, "Slice") and node is not None and _slices_other(node, current_axis):
             current = node.inputs[0]  # type: ignore[assignment]
             continue
-        if _onnx(node, "Concat") and node is not None and node.inputs[0] is not None:
+        if is_onnx_op(node, "Concat") and node is not None and node.inputs[0] is not None:
             rank = None if current.shape is None else len(current.shape)
             concat_axis = node.attributes.get_int("axis", 0)
             if rank is not None and concat_axis % rank != current_axis:
                 current = node.inputs[0]
                 continue
-        if _onnx(node, "Reshape") and node is not None:
+        if is_onnx_op(node, "Reshape") and node is not None:
             found = _reshaped_dim(node, current_axis)
             if found is not None:
                 return found
