@@ -32,15 +32,16 @@ __all__ = [
 
 import functools
 from collections.abc import Hashable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import onnx
 import onnx.defs
 import onnx_ir as ir
 
 
-def is_onnx_op(node: ir.Node | None, op_type: str) -> bool:
-    """Whether ``node`` is the ai.onnx op ``op_type`` (domain "" or "ai.onnx")."""
+def is_onnx_op(node: ir.Node | None, op_type: str) -> TypeGuard[ir.Node]:
+    """Whether ``node`` is the ai.onnx op ``op_type`` (domain "" or "ai.onnx"); a type
+    guard, so a caller that returns when it is not reads ``node`` as a node."""
     return node is not None and node.op_type == op_type and node.domain in ("", "ai.onnx")
 
 

@@ -62,6 +62,7 @@ import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
+from onnxscript_ep_passes.core.onnx_utils import is_onnx_op
 from onnxscript_ep_passes.fusion.attention_match import (
     AttentionMatch,
     RefusedError,
@@ -354,7 +355,7 @@ def fuse_attention_nodes(
     and removes what the fused nodes left unused."""
     result = AttentionFusionResult()
     for node in list(model.graph):
-        if node.op_type != "Attention" or node.domain not in ("", "ai.onnx"):
+        if not is_onnx_op(node, "Attention"):
             continue
         label = node.name or f"Attention#{len(result.refused) + result.fused}"
         try:

@@ -17,6 +17,8 @@ import dataclasses
 import numpy as np
 import onnx_ir as ir
 
+from onnxscript_ep_passes.core.onnx_utils import is_onnx_op
+
 
 class RefusedError(Exception):
     """Why a fusion was not applied, in user terms (its message); ``detail`` holds the
@@ -82,7 +84,7 @@ def _rotate_half_of(rotated: ir.Value, x: ir.Value, head: int) -> bool:
 def _match_onnx_rope(value: ir.Value, head: int) -> tuple[ir.Value, ir.Value, ir.Value] | None:
     """``(x, cos, sin)`` when ``value = RotaryEmbedding-23(x, cos, sin)`` (4-D, full, plain)."""
     node = value.producer()
-    if node is None or node.op_type != "RotaryEmbedding" or node.domain not in ("", "ai.onnx"):
+    if not is_onnx_op(node, "RotaryEmbedding"):
         return None
     x, cos, sin = (list(node.inputs) + [None] * 3)[:3]
     if x is None or cos is None or sin is None or any(v is not None for v in node.inputs[3:]):

@@ -32,6 +32,7 @@ import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
+from onnxscript_ep_passes.core.onnx_utils import is_onnx_op
 from onnxscript_ep_passes.fusion.attention import Constants
 
 _MAX_GROWTH = 1 << 20
@@ -61,7 +62,7 @@ def _table_gathers(model: ir.Model) -> list[tuple[ir.Node, np.ndarray]]:
     """The main graph's ai.onnx axis-0 Gathers of a constant float table."""
     found = []
     for node in model.graph:
-        if node.op_type != "Gather" or node.domain not in ("", "ai.onnx"):
+        if not is_onnx_op(node, "Gather"):
             continue
         if node.attributes.get_int("axis", 0) != 0:
             continue
@@ -89,7 +90,7 @@ def fuse_sliced_position_gather(model: ir.Model) -> int:
     count = 0
     for node, table in _table_gathers(model):
         sliced = node.inputs[1].producer() if node.inputs[1] is not None else None
-        if sliced is None or sliced.op_type != "Slice" or sliced.domain not in ("", "ai.onnx"):
+        if not is_onnx_op(sliced, "Slice"):
             continue
         indices = _const(sliced.inputs[0])
         if indices is None or indices.ndim == 0 or not _in_range(indices, table.shape[0]):

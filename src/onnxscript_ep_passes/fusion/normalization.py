@@ -28,12 +28,14 @@ from onnxscript.rewriter.ort_fusions.skip_normalization import (
     fuse_skip_rms_normalization,
 )
 
+from onnxscript_ep_passes.core.onnx_utils import is_onnx_op
+
 
 def rms_to_simplified(model: ir.Model) -> int:
     """Rewrite last-axis ai.onnx RMSNormalization nodes of the main graph (see module doc)."""
     count = 0
     for node in list(model.graph):
-        if node.op_type != "RMSNormalization" or node.domain not in ("", "ai.onnx"):
+        if not is_onnx_op(node, "RMSNormalization"):
             continue
         x = node.inputs[0]
         rank = None if x is None or x.shape is None else len(x.shape)
