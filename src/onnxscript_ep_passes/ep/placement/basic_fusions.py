@@ -62,18 +62,13 @@ def fuse_contiguous_reshapes(state: ScopeEdits) -> bool:
         shape = static_shape(last)
         if shape is None:
             continue
-        old_shape = node.inputs[1]
-        assert old_shape is not None
-        old_shape.consumers.remove((node, 1))
         new_shape = state.scope.new_value(
             f"{node.name}_new_reshape_shape", "initializer", "tensor(int64)", len(shape)
         )
-        new_shape.consumers.append((node, 1))
-        node.inputs[1] = new_shape
+        state.rewire_input(node, 1, new_shape)
         for removed in chain[1:]:
             state.remove(removed, "reshape_fusion")
-        node.outputs[0] = last
-        last.producer, last.producer_slot = node, 0
+        state.rewire_output(node, 0, last)
         node.name = f"{node.name}_new_reshape"  # ORT's name; the record keeps the first node
         changed = True
     return changed

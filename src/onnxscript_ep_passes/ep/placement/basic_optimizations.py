@@ -81,9 +81,7 @@ from onnxscript_ep_passes.ep.placement.edits import (
     ScopeEdits,
     constant_array,
     constant_tensor,
-    element_count,
     has_subgraph,
-    ort_topological_order,
     static_shape,
 )
 from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatScope, FlatValue
@@ -138,7 +136,11 @@ def apply_basic_optimizations(scope: FlatScope) -> list[RemovedNode]:
     """ORT's level-1 optimizations on one scope (module docstring); the nodes removed."""
     removed: list[RemovedNode] = []
     state = ScopeEdits(scope, removed)
-    shapes = LoadShapes.of(scope)  # ORT's inference at load
+    # The inference walks the nodes ORT does not insert or inline; where that is every
+    # node, its order is the memoized order of the live nodes (no node is removed when
+    # it runs: at load, and after state.finish()).
+    order = None if any(n.inlined_by_ort or n.inserted for n in scope.nodes) else state.order
+    shapes = LoadShapes.of(scope, order)  # ORT's inference at load
     for _ in range(_MAX_ROUNDS):
         changed = _eliminate_redundant(state)
         changed |= _share_constants(state)
@@ -296,9 +298,8 @@ def _sharing_key(value: FlatValue) -> Hashable | None:
 def _eliminate_common_subexpressions(state: ScopeEdits) -> bool:
     seen: dict[Hashable, FlatNode] = {}
     changed = False
-    live = [n for n in state.scope.nodes if n not in state.gone]
     attributes = state.cse_attributes
-    for node in ort_topological_order(live):  # the first of equal nodes is kept
+    for node in state.order():  # the first of equal nodes is kept
         if not state.optimizable(node):
             continue
         key = _cse_key(node, attributes)
@@ -367,7 +368,7 @@ def _fold_constants(state: ScopeEdits, shapes: LoadShapes | None = None) -> bool
     changed = False
     nodes = state.scope.nodes
     if shapes is not None:  # ORT's order, inferring each node again once one has folded
-        nodes = ort_topological_order([n for n in nodes if n not in state.gone])
+        nodes = state.order()
     for node in nodes:
         if not state.optimizable(node):
             continue
@@ -379,12 +380,7 @@ def _fold_constants(state: ScopeEdits, shapes: LoadShapes | None = None) -> bool
         if shapes is not None:
             shapes.evaluate(node)  # what ORT computes, for its next inference
         producers = [v.producer for v in node.inputs if v is not None and v.producer is not None]
-        for out in node.outputs:
-            if out is not None:
-                out.kind = "initializer"
-                out.producer = None
-                out.size = element_count(out)
-        state.remove(node, rule)
+        state.fold(node, rule)
         for producer in producers:
             _remove_unused_chain(state, producer)
         changed = True

@@ -11,7 +11,9 @@ Shared by :mod:`.basic_optimizations` and :mod:`.basic_fusions`. Rules:
   depth-first walk back from the nodes nothing reads, inputs taken in node order),
   which decides, e.g., which of two equal nodes common-subexpression elimination keeps;
   a node's index is its place in the scope (ORT appends the nodes of functions it
-  inlines at the end; here they stand where their call was).
+  inlines at the end; here they stand where their call was). :meth:`ScopeEdits.order`
+  memoizes it for the scope's live nodes: reused until the node list changes or the
+  wiring is edited, which only :class:`ScopeEdits`' methods do (each counts the edit).
 - Shapes are the model's own (the IR value's shape), or ORT's where its inference knows
   what the model does not say (:mod:`.load_shapes`); a constant's data is an
   initializer's or a ``Constant``'s attribute, or what folding computed where
@@ -41,7 +43,14 @@ from onnxscript_ep_passes.ep.placement.results import RemovedNode
 
 
 class ScopeEdits:
-    """One scope being optimized: rewiring, removal and the record of what was removed."""
+    """One scope being optimized: rewiring, removal and the record of what was removed.
+
+    :meth:`order` (ORT's topological order of the live nodes) is computed once and reused
+    while the scope's node list is the same list object, of the same length, and the
+    wiring is unedited: every method here that edits the wiring (:meth:`remove`,
+    :meth:`replace`, :meth:`fold`, :meth:`rewire_input`, :meth:`rewire_output`) bumps
+    :attr:`edits`, which makes the memo stale. Code that edits the wiring (a node's
+    inputs or outputs, a value's producer or consumers) must do it through these methods."""
 
     def __init__(self, scope: FlatScope, removed: list[RemovedNode]) -> None:
         self.scope = scope
@@ -50,12 +59,29 @@ class ScopeEdits:
         # Common-subexpression elimination's attribute key per IR node, read once per
         # prediction and kept across rounds (the model is not edited while predicted).
         self.cse_attributes: dict[ir.Node, Hashable | None] = {}
+        self.edits = 0  # bumped by every edit of the wiring (class docstring)
+        self._order: list[FlatNode] = []
+        self._order_of: tuple[int, list[FlatNode] | None, int] = (0, None, 0)
 
     def optimizable(self, node: FlatNode) -> bool:
         return node not in self.gone and not node.inlined_by_ort and not node.inserted
 
+    def order(self) -> list[FlatNode]:
+        """:func:`ort_topological_order` of the scope's nodes not removed, memoized (class
+        docstring); the caller must not change the list."""
+        if not self._order_valid():
+            nodes = self.scope.nodes
+            self._order = ort_topological_order([n for n in nodes if n not in self.gone])
+            self._order_of = (self.edits, nodes, len(nodes))
+        return self._order
+
+    def _order_valid(self) -> bool:
+        edits, nodes, count = self._order_of
+        return nodes is self.scope.nodes and count == len(nodes) and edits == self.edits
+
     def remove(self, node: FlatNode, rule: str) -> None:
         """Drop ``node`` from the scope (its outputs must have been rewired or folded)."""
+        self.edits += 1
         self.gone.add(node)
         for slot, value in enumerate(node.inputs):
             if value is not None:
@@ -64,16 +90,48 @@ class ScopeEdits:
             RemovedNode(node.name, node.op_type, node.domain, rule, node.scope, node.node)
         )
 
+    def fold(self, node: FlatNode, rule: str) -> None:
+        """Drop ``node``, folded: its outputs become initializers with no producer."""
+        self.edits += 1
+        for out in node.outputs:
+            if out is not None:
+                out.kind = "initializer"
+                out.producer = None
+                out.size = element_count(out)
+        self.remove(node, rule)
+
     def replace(self, old: FlatValue, new: FlatValue) -> None:
         """Every consumer of ``old`` reads ``new`` instead."""
+        self.edits += 1
         for consumer, slot in old.consumers:
             consumer.inputs[slot] = new
             new.consumers.append((consumer, slot))
         old.consumers.clear()
 
+    def rewire_input(self, node: FlatNode, slot: int, value: FlatValue) -> None:
+        """``node`` reads ``value`` at input ``slot`` instead of what it read there."""
+        self.edits += 1
+        previous = node.inputs[slot]
+        if previous is not None:
+            previous.consumers.remove((node, slot))
+        value.consumers.append((node, slot))
+        node.inputs[slot] = value
+
+    def rewire_output(self, node: FlatNode, slot: int, value: FlatValue) -> None:
+        """``value`` becomes ``node``'s output ``slot`` (its producer is ``node``)."""
+        self.edits += 1
+        node.outputs[slot] = value
+        value.producer, value.producer_slot = node, slot
+
     def finish(self) -> None:
-        if self.gone:
-            self.scope.nodes = [n for n in self.scope.nodes if n not in self.gone]
+        """Filter the removed nodes out of the scope's node list: the live nodes stay the
+        same, so a memoized :meth:`order` stays valid for the new list."""
+        if not self.gone:
+            return
+        valid = self._order_valid()
+        self.scope.nodes = [n for n in self.scope.nodes if n not in self.gone]
+        if valid:
+            self._order_of = (self.edits, self.scope.nodes, len(self.scope.nodes))
 
 
 def has_subgraph(node: FlatNode) -> bool:
@@ -153,28 +211,37 @@ def ort_topological_order(nodes: list[FlatNode]) -> list[FlatNode]:
     """``nodes`` in the order ORT's ``GraphViewer`` lists them (module docstring): from
     each node without consumers, last first, a depth-first walk to its producers, each
     node listed once all its producers are; producers are stacked in index order, so the
-    last is walked first."""
+    last is walked first. Producers that are not in ``nodes`` are not walked.
+
+    The walk runs on indices (a node ``i`` on the stack is ``i``, its leaving ``~i``) and
+    stacks only producers not yet visited (one visited when popped would be skipped)."""
     index = {node: i for i, node in enumerate(nodes)}
-    leaves = [n for n in nodes if not any(o is not None and o.consumers for o in n.outputs)]
-    stack: list[tuple[FlatNode, bool]] = [(n, False) for n in leaves]
-    visited: set[FlatNode] = set()
+    find = index.get
+    stack: list[int] = []
+    for i, node in enumerate(nodes):
+        for out in node.outputs:
+            if out is not None and out.consumers:
+                break
+        else:
+            stack.append(i)
+    visited = bytearray(len(nodes))
     order: list[FlatNode] = []
     while stack:
-        node, leaving = stack.pop()
-        if leaving:
-            order.append(node)
+        i = stack.pop()
+        if i < 0:
+            order.append(nodes[~i])
             continue
-        if node in visited:
+        if visited[i]:
             continue
-        visited.add(node)
-        stack.append((node, True))
-        producers = sorted(
-            {
-                v.producer
-                for v in node.inputs
-                if v is not None and v.producer is not None and v.producer in index
-            },
-            key=index.__getitem__,
-        )
-        stack.extend((p, False) for p in producers)
+        visited[i] = 1
+        stack.append(~i)
+        producers: list[int] = []
+        for value in nodes[i].inputs:
+            if value is not None and value.producer is not None:
+                j = find(value.producer)
+                if j is not None and not visited[j]:
+                    producers.append(j)
+        if len(producers) > 1:
+            producers = sorted(set(producers))
+        stack.extend(producers)
     return order

@@ -37,6 +37,14 @@ placement prediction. Rules (measured on ORT 1.32):
   node.
 - Only ONNX-domain nodes of the scope's own opset line are inferred; nodes of schema
   bodies ORT inlines while partitioning and nodes ORT inserts are not (they come after).
+- One node's inference is cached by everything it reads, as values (the rules of
+  :mod:`onnxscript_ep_passes.ep.memo`): the op, its domain and schema version, the
+  scope's opset, the attribute values, which outputs the node has, and each input's
+  type, dimensions and given data (the serialized tensor). Equal nodes (a decoder's
+  blocks), and the same node in the next prediction, are inferred once; a node whose
+  attributes cannot be spelled as a key is inferred without the cache. The model's own
+  dimensions of a value and a node's attributes are read once per :class:`LoadShapes`
+  (the model is not edited while predicted).
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from __future__ import annotations
 __all__ = ["DATA_LIMIT", "LoadShapes"]
 
 import logging
+from collections.abc import Callable, Hashable
 
 import numpy as np
 import onnx
@@ -52,7 +61,8 @@ import onnx.numpy_helper
 import onnx.shape_inference
 import onnx_ir as ir
 
-from onnxscript_ep_passes.core.onnx_utils import get_schema
+from onnxscript_ep_passes.core.onnx_utils import attributes_key, get_schema
+from onnxscript_ep_passes.ep.memo import BoundedCache
 from onnxscript_ep_passes.ep.placement.edits import (
     constant_array,
     ort_topological_order,
@@ -67,6 +77,10 @@ DATA_LIMIT = 1024
 """The most elements of a constant input whose data is given to the inference."""
 
 _Dims = tuple[int | None, ...]
+_Given = tuple[onnx.TensorProto, bytes] | None  # an input's data and its bytes, as given
+_INFERRED: BoundedCache[Hashable, tuple[_Dims | None, ...]] = BoundedCache(limit=1 << 14)
+"""ONNX's inference of one node, keyed by all it reads (:meth:`LoadShapes._inference_key`);
+:func:`~onnxscript_ep_passes.ep.memo.clear_caches` empties it."""
 
 
 def _model_dims(value: FlatValue) -> _Dims | None:
@@ -90,31 +104,45 @@ class LoadShapes:
     round that changed the graph, :meth:`update` on one node during folding,
     :meth:`evaluate` computes a folded node's outputs."""
 
-    def __init__(self, scope: FlatScope) -> None:
+    def __init__(self, scope: FlatScope, order: Callable[[], list[FlatNode]] | None = None) -> None:
         self.scope = scope
         self.dims: dict[FlatValue, _Dims | None] = {}
-        self._given: dict[FlatValue, onnx.TensorProto | None] = {}  # an input's data, once
+        self._given: dict[FlatValue, _Given] = {}  # an input's data, once
         self._seen: dict[FlatNode, tuple[object, ...]] = {}  # its inputs when last inferred
+        self._order = order
+        # The model is not edited while predicted: its dims and attributes are read once.
+        self._model: dict[FlatValue, _Dims | None] = {}
+        self._attributes: dict[ir.Node, Hashable | None] = {}
 
     @classmethod
-    def of(cls, scope: FlatScope) -> LoadShapes | None:
-        """The inference at load, or None where it does not run (module docstring)."""
+    def of(
+        cls, scope: FlatScope, order: Callable[[], list[FlatNode]] | None = None
+    ) -> LoadShapes | None:
+        """The inference at load, or None where it does not run (module docstring).
+        ``order``, where given, gives ORT's topological order of the nodes
+        :meth:`resolve` infers (a memo of it); else :meth:`resolve` computes it."""
         if not any(
             o is not None and o.ir_value is not None and o.ir_value.shape is None
             for n in scope.nodes
             for o in n.outputs
         ):
             return None
-        shapes = cls(scope)
+        shapes = cls(scope, order)
         shapes.resolve()
         return shapes
+
+    def _model_dims(self, value: FlatValue) -> _Dims | None:
+        if value in self._model:
+            return self._model[value]
+        dims = self._model[value] = _model_dims(value)
+        return dims
 
     def _dims_of(self, value: FlatValue) -> _Dims | None:
         if value.shape is not None:
             return value.shape
         if value in self.dims:
             return self.dims[value]
-        dims = _model_dims(value)
+        dims = self._model_dims(value)
         if dims is None and value.kind == "initializer":
             static = static_shape(value)  # a Constant's output: its tensor's shape
             return None if static is None else tuple(static)
@@ -123,8 +151,14 @@ class LoadShapes:
     def resolve(self) -> int:
         """Infer every node's outputs in ORT's topological order (``Graph::Resolve``); the
         number of values whose shape became static."""
-        nodes = [n for n in self.scope.nodes if not n.inlined_by_ort and not n.inserted]
-        learned = sum(self.update(node) for node in ort_topological_order(nodes))
+        if self._order is not None:
+            order = self._order()
+        else:
+            nodes = [n for n in self.scope.nodes if not n.inlined_by_ort and not n.inserted]
+            order = ort_topological_order(nodes)
+        learned = 0
+        for node in order:
+            learned += self.update(node)
         if learned:
             logger.debug("%s: ORT's inference makes %d shapes static", self.scope.name, learned)
         return learned
@@ -149,7 +183,7 @@ class LoadShapes:
             if out is None or dims is None:
                 continue
             merged = _merge(self._dims_of(out), dims)
-            if merged != _model_dims(out):
+            if merged != self._model_dims(out):
                 self.dims[out] = merged
             if out.shape is None and merged is not None and None not in merged:
                 out.shape = tuple(int(d) for d in merged if d is not None)
@@ -159,21 +193,57 @@ class LoadShapes:
     def _may_learn(self, node: FlatNode) -> bool:
         """Whether inferring ``node`` can tell more than the model: an output has no shape
         in the model, or an input has one the inference or folding learned."""
-        if any(
-            o is not None and o.ir_value is not None and o.ir_value.shape is None
-            for o in node.outputs
-        ):
-            return True
-        return any(
-            v is not None and (v in self.dims or v.data is not None or v.shape is not None)
-            for v in node.inputs
-        )
+        for o in node.outputs:
+            if o is not None and o.ir_value is not None and o.ir_value.shape is None:
+                return True
+        dims = self.dims
+        for v in node.inputs:
+            if v is not None and (v in dims or v.data is not None or v.shape is not None):
+                return True
+        return False
 
     def _infer(self, node: FlatNode) -> list[_Dims | None]:
-        unknown: list[_Dims | None] = [None] * len(node.outputs)
+        """ONNX's inference of ``node``'s outputs from what its inputs are now, memoized
+        across nodes and predictions by everything it reads (:data:`_INFERRED`)."""
         ir_node = node.node
         if node.domain != "" or ir_node is None or node.since_version is None:
-            return unknown
+            return [None] * len(node.outputs)
+        key = self._inference_key(node, ir_node)
+        return list(_INFERRED.fetch(key, lambda: tuple(self._run_inference(node, ir_node))))
+
+    def _inference_key(self, node: FlatNode, ir_node: ir.Node) -> Hashable | None:
+        """All :meth:`_run_inference` reads of ``node``, as values: the op, its domain and
+        its schema's version, the scope's opset, the attributes, which outputs there are and each
+        input's type, dimensions and given data (its bytes); None when an attribute
+        cannot be spelled (:func:`~onnxscript_ep_passes.core.onnx_utils.attributes_key`)."""
+        if ir_node in self._attributes:
+            attributes = self._attributes[ir_node]
+        else:
+            attributes = self._attributes[ir_node] = attributes_key(ir_node)
+        if attributes is None:
+            return None
+        inputs: list[Hashable] = []
+        for value in node.inputs:
+            if value is None:
+                inputs.append(None)
+                continue
+            given = self._data_proto(value)
+            data = None if given is None else given[1]
+            inputs.append((value.dtype, self._dims_of(value), data))
+        return (
+            node.op_type,
+            node.domain,
+            ir_node.op_type,  # the op the node proto spells (the same, for a model's node)
+            node.since_version,
+            self.scope.opset,
+            attributes,
+            tuple(o is not None for o in node.outputs),
+            tuple(inputs),
+        )
+
+    def _run_inference(self, node: FlatNode, ir_node: ir.Node) -> list[_Dims | None]:
+        unknown: list[_Dims | None] = [None] * len(node.outputs)
+        assert node.since_version is not None
         schema = get_schema(node.op_type, self.scope.opset or node.since_version)
         if schema is None or schema.since_version != node.since_version:
             return unknown
@@ -200,7 +270,7 @@ class LoadShapes:
             types[name] = tp
             given = self._data_proto(value)
             if given is not None:
-                data[name] = given
+                data[name] = given[0]
         outs = [f"out{i}" if o is not None else "" for i, o in enumerate(node.outputs)]
         try:
             proto = inference_node_proto(ir_node, names, outs)
@@ -228,15 +298,17 @@ class LoadShapes:
             )
         return result
 
-    def _data_proto(self, value: FlatValue) -> onnx.TensorProto | None:
-        """The data the inference is given for ``value`` (module docstring), made once
-        (a folded value's data is set before any node reads it)."""
+    def _data_proto(self, value: FlatValue) -> _Given:
+        """The data the inference is given for ``value`` (module docstring) and its bytes
+        (the serialized tensor: type, dimensions and data), made once (a folded value's
+        data is set before any node reads it)."""
         if value in self._given:
             return self._given[value]
         array = _data(value)
-        given = None
+        given: _Given = None
         if array is not None and array.size <= DATA_LIMIT:
-            given = onnx.numpy_helper.from_array(np.asarray(array))
+            proto = onnx.numpy_helper.from_array(np.asarray(array))
+            given = (proto, proto.SerializeToString())
         if value.data is not None or value.kind != "node":
             self._given[value] = given
         return given
