@@ -10,7 +10,8 @@ caller works on the graph:
 * :class:`ProtoSave` stages the output and starts the copy (up to the last tensor the proto
   declares, as :func:`~onnxscript_ep_passes.model_files.io.save_model` copies, a reflink where
   the file system has them). Its commit writes and checks the graph pointing at it while
-  the copy still runs, then waits for the copy and moves both into place with the same atomic protocol (:mod:`~onnxscript_ep_passes.model_files.atomic`):
+  the copy still runs, then waits for the copy and moves both into place with the same
+  atomic protocol (:mod:`~onnxscript_ep_passes.model_files.atomic`):
   :meth:`ProtoSave.commit` for a proto whose initializers were not changed (the plain
   lowering's fast path), :meth:`ProtoSave.commit_model` for an onnx-ir model built from
   the proto (the EP search): it commits only when
