@@ -244,3 +244,70 @@ def test_types_only_inference_tells_are_inferred_once_for_the_graph(
     calls.clear()
     assert try_lower_proto(declared, 23)
     assert calls == []
+
+
+def _cast_24(op: str, round_mode: str | None) -> onnx.ModelProto:
+    """x -> Transpose -> t -> Cast (or CastLike) to float16 -> y; ``t`` declares no type."""
+    attrs = {} if round_mode is None else {"round_mode": round_mode}
+    if op == "Cast":
+        cast = oh.make_node("Cast", ["t"], ["y"], name="cast", to=F16, **attrs)
+    else:
+        cast = oh.make_node("CastLike", ["t", "like"], ["y"], name="cast", **attrs)
+    inputs = [tensor_info("x", F, [2, 3])]
+    if op == "CastLike":
+        inputs.append(tensor_info("like", F16, [1]))
+    return make_model(
+        [oh.make_node("Transpose", ["x"], ["t"], name="transpose", perm=[1, 0]), cast],
+        inputs,
+        [tensor_info("y", F16, [3, 2])],
+        24,
+    )
+
+
+@pytest.mark.parametrize("round_mode", [None, "up"], ids=["no_round_mode", "round_mode"])
+@pytest.mark.parametrize("op", ["Cast", "CastLike"])
+def test_types_only_cast_24_builds_no_ir(
+    op: str, round_mode: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cast-24/CastLike-24 without ``round_mode``: the adapter's ``types_only`` test says
+    the step's type rule is enough, so no IR copy of the node is built; with it, the
+    adapter runs on one (and drops the attribute). Either way the model is the full
+    pass's, passes the checker's full check and computes what the original computes."""
+    import onnxscript_ep_passes.lowering.proto_fast_path as fast_path
+
+    runs: list[str] = []
+    run_adapter = fast_path._run_adapter
+
+    def counting(node: onnx.NodeProto, *args: object) -> object:
+        runs.append(node.op_type)
+        return run_adapter(node, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fast_path, "_run_adapter", counting)
+    proto = _cast_24(op, round_mode)
+    expected = _full_pass(proto, 23)
+    fast = onnx.ModelProto()
+    fast.CopyFrom(proto)
+    assert try_lower_proto(fast, 23)
+    assert runs == ([] if round_mode is None else [op])
+    assert _nodes(fast) == _nodes(expected)
+    assert all(a.name != "round_mode" for n in fast.graph.node for a in n.attribute)
+    onnx.checker.check_model(fast, full_check=True)
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((2, 3)).astype(np.float32)}
+    if op == "CastLike":
+        feeds["like"] = np.zeros(1, np.float16)
+    original, _ = run_model(proto, feeds, strict=False)  # ORT rejects round_mode here
+    lowered, how = run_model(fast, feeds)
+    assert how == "onnxruntime"
+    np.testing.assert_array_equal(original[0], lowered[0])
+
+
+def test_types_only_cast_24_to_float8e8m0_is_left_to_the_full_pass() -> None:
+    """Without ``round_mode`` but to float8e8m0: the type rule fails on the output, so the
+    proto is untouched (the full pass lists the refusal)."""
+    proto = _cast_24("Cast", None)
+    proto.graph.node[1].attribute[0].i = TensorProto.FLOAT8E8M0
+    proto.graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT8E8M0
+    before = proto.SerializeToString()
+    assert not try_lower_proto(proto, 23)
+    assert proto.SerializeToString() == before

@@ -6,7 +6,9 @@ from __future__ import annotations
 import hashlib
 import resource
 import signal
+import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -16,9 +18,14 @@ import pytest
 from onnxscript_ep_passes.cli.program import main
 from onnxscript_ep_passes.errors import EXIT_BAD_INPUT, EXIT_REFUSED
 from onnxscript_ep_passes.model_files.io import load_graph_proto, model_from_proto, save_model
-from onnxscript_ep_passes.model_files.proto_save import ProtoSave, early_save, proto_source_file
+from onnxscript_ep_passes.model_files.proto_save import (
+    ProtoSave,
+    early_save,
+    proto_source_file,
+    save_proto,
+)
 from onnxscript_ep_passes.passes import LowerOpsetForEpPass
-from tests.harness import benchmark_decoder, run_cli
+from tests.harness import benchmark_decoder, make_model, run_cli, tensor_info
 
 EP = ("--ep", "cuda", "--ort-version", "1.24")
 
@@ -156,4 +163,81 @@ def test_nothing_to_do_refusal_and_disk_full_leave_nothing(decoder: Path, tmp_pa
                      preexec_fn=small_files)  # fmt: skip
     assert result.returncode == EXIT_BAD_INPUT, result.stderr
     assert "Traceback" not in result.stderr and "File too large" in result.stderr
+    assert _files(out.parent) == {}
+
+
+def _weighted(directory: Path) -> Path:
+    """A one-MatMul model whose weight is in ``m.onnx.data``."""
+    weight = onnx.numpy_helper.from_array(np.ones((64, 64), np.float32), "w")
+    model = make_model(
+        [onnx.helper.make_node("MatMul", ["x", "w"], ["y"], name="matmul")],
+        [tensor_info("x", onnx.TensorProto.FLOAT, [2, 64])],
+        [tensor_info("y", onnx.TensorProto.FLOAT, [2, 64])],
+        23,
+        initializers=[weight],
+    )
+    path = directory / "m.onnx"
+    onnx.save(model, path, save_as_external_data=True, location="m.onnx.data", size_threshold=0)
+    return path
+
+
+def test_commit_checks_the_graph_while_the_copy_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The graph is checked and staged before the weights copy ends (the copy here waits
+    for the check), and the files are those save_proto writes."""
+    from onnxscript_ep_passes.model_files import atomic
+
+    path = _weighted(tmp_path)
+    checked = threading.Event()
+    check_output, copy_range = atomic.check_output, atomic.Stage.copy_range
+
+    def check(proto: onnx.ModelProto, out: Path) -> None:
+        check_output(proto, out)
+        checked.set()
+
+    def copy_after_the_check(self: atomic.Stage, *args: Any) -> bool:
+        assert checked.wait(30), "the graph was checked only after the copy"
+        return copy_range(self, *args)
+
+    expected = tmp_path / "expected" / "m.onnx"
+    expected.parent.mkdir()
+    proto = load_graph_proto(path)
+    save_proto(proto, expected, proto_source_file(proto, path), path)
+    monkeypatch.setattr(atomic, "check_output", check)
+    monkeypatch.setattr(atomic.Stage, "copy_range", copy_after_the_check)
+    out = tmp_path / "out" / "m.onnx"
+    out.parent.mkdir()
+    proto = load_graph_proto(path)
+    with ProtoSave(proto, out, proto_source_file(proto, path), path) as saving:
+        saving.commit(proto)
+    assert checked.is_set()
+    assert _files(out.parent) == _files(expected.parent)
+
+
+@pytest.mark.parametrize("copy_fails", [True, False], ids=["copy_fails", "copy_succeeds"])
+def test_commit_refused_by_the_checker_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, copy_fails: bool
+) -> None:
+    """A graph the checker refuses leaves nothing; when the copy failed too, its error
+    is the one raised (as when the copy was waited for first)."""
+    from onnxscript_ep_passes.model_files import atomic
+
+    path = _weighted(tmp_path)
+
+    def refuse(proto: onnx.ModelProto, out: Path) -> None:
+        raise ValueError("refused by the checker")
+
+    def fail(self: atomic.Stage, *args: Any) -> bool:
+        raise OSError("no space left")
+
+    monkeypatch.setattr(atomic, "check_output", refuse)
+    if copy_fails:
+        monkeypatch.setattr(atomic.Stage, "copy_range", fail)
+    out = tmp_path / "out" / "m.onnx"
+    out.parent.mkdir()
+    proto = load_graph_proto(path)
+    error = OSError if copy_fails else ValueError
+    with pytest.raises(error), ProtoSave(proto, out, proto_source_file(proto, path), path) as s:
+        s.commit(proto)
     assert _files(out.parent) == {}

@@ -12,12 +12,15 @@ Rules:
 
 1. :func:`try_lower_proto` answers True and rewrites ``proto`` only when every
    default-domain node of the main graph steps down to the target through the
-   registry's rules (the same lookup as the full pass) of two kinds:
+   registry's rules (the same lookup as the full pass) of three kinds:
 
    - derived type rules, each checked on the types the proto declares (graph inputs,
      outputs, ``value_info``, initializers) and, for a value declaring none, on the type
      ONNX's shape inference gives it: the same check on the same types as the full pass;
-   - hand-written adapters (Cast-24 drops ``round_mode``, Attention-24 without
+   - a hand-written adapter whose ``types_only`` test (:mod:`.registry`, next to the
+     adapter) says the node needs only the step's type rule (Cast-24 without
+     ``round_mode``): that type rule, checked as above, with no IR built;
+   - other hand-written adapters (Cast-24 drops ``round_mode``, Attention-24 without
      ``nonpad_kv_seqlen`` keeps the node ...), run as they are on an IR copy of that one
      node, its values carrying their types and shapes as the full pass gives them
      (declared, else inferred; an inferred shape only for the inputs of a step the pass
@@ -240,7 +243,8 @@ def _steps_down(
         previous = schemas.since_version(op_type, version - 1, domain)
         if entry is None or previous is None:
             return None
-        checks = schemas.type_checks(op_type, version, domain) if entry.derived else ()
+        typed = entry.derived or entry.types_only is not None
+        checks = schemas.type_checks(op_type, version, domain) if typed else ()
         found.append((version, previous, entry, checks))
         version = previous
     return found
@@ -350,7 +354,7 @@ def _node_steps_down(
     it (a copy: the proto changes only once every node succeeded)."""
     work = node
     for version, previous, entry, checks in steps:
-        if entry.derived:
+        if entry.derived or (entry.types_only is not None and entry.types_only(work)):
             if not _types_allowed(work, checks, declared):
                 return False
         else:

@@ -15,6 +15,12 @@ schema in force just below it. Rules:
   shape the inferred one. An adapter registered with ``lend_shapes=False`` reads no
   shape and builds no node (it edits attributes, checks types, or refuses): it is lent
   none, and the model-wide inference need not run for it. Type rules are lent none.
+* An adapter may come with ``types_only``, a test of the node as a ``NodeProto`` (next to
+  the adapter, its docstring naming the schema change): True when that node needs no
+  more than the step's type rule, i.e. the adapter would check the node's types
+  against the older schema and change nothing. The proto fast path
+  (:mod:`.proto_fast_path`) then applies the type rule to the proto and builds no IR for
+  the node; the full pass always runs the adapter.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ __all__ = [
     "AdapterEntry",
     "AdapterKind",
     "AdapterRegistry",
+    "TypesOnly",
     "register_downgrade",
 ]
 
@@ -38,9 +45,14 @@ import onnx_ir as ir
 from onnxscript_ep_passes.lowering import schemas
 
 if TYPE_CHECKING:
+    import onnx
+
     from onnxscript_ep_passes.lowering.context import DowngradeContext
 
 Adapter = Callable[[ir.Node, "DowngradeContext"], "Sequence[ir.Value | None] | None"]
+
+TypesOnly = Callable[["onnx.NodeProto"], bool]
+"""True when the node (a proto) needs only its step's type rule (module docstring)."""
 
 AdapterKind = Literal["type rule", "attribute", "rewrite", "expansion", "refusal"]
 
@@ -56,6 +68,7 @@ class AdapterEntry:
     kind: AdapterKind
     derived: bool
     lend_shapes: bool = True  # False: reads no shape, builds no node (module docstring)
+    types_only: TypesOnly | None = None  # the node needs only the type rule (docstring)
 
     @property
     def description(self) -> str:
@@ -82,6 +95,7 @@ class AdapterRegistry:
         domain: str = "",
         kind: AdapterKind,
         lend_shapes: bool = True,
+        types_only: TypesOnly | None = None,
         replace: bool = False,
     ) -> None:
         """Add the adapter undoing ``op_type``-``version``; one for that step already
@@ -97,7 +111,14 @@ class AdapterRegistry:
         if schema is None or schema.since_version != version:
             raise ValueError(f"{op_type}-{version} is not a schema version in ONNX")
         self._entries[key] = AdapterEntry(
-            domain, op_type, version, adapter, kind, derived=False, lend_shapes=lend_shapes
+            domain,
+            op_type,
+            version,
+            adapter,
+            kind,
+            derived=False,
+            lend_shapes=lend_shapes,
+            types_only=types_only,
         )
 
     def copy(self) -> AdapterRegistry:
@@ -159,12 +180,14 @@ def register_downgrade(
     kind: AdapterKind = "rewrite",
     registry: AdapterRegistry | None = None,
     lend_shapes: bool = True,
+    types_only: TypesOnly | None = None,
     replace: bool = False,
 ) -> Callable[[Adapter], Adapter]:
     """Register an adapter that undoes the change made by schema ``op_type``-``from_version``.
 
     ``lend_shapes=False`` only for an adapter that reads no shape and builds no node;
-    ``replace=True`` replaces the registry's adapter for that step (use a registry of your
+    ``types_only``: the proto-level test of a node that needs only the step's type rule
+    (module docstring); ``replace=True`` replaces the registry's adapter for that step (use a registry of your
     own, ``DEFAULT_REGISTRY.copy()``, to leave the package's as they are).
 
     Example::
@@ -183,6 +206,7 @@ def register_downgrade(
             domain=domain,
             kind=kind,
             lend_shapes=lend_shapes,
+            types_only=types_only,
             replace=replace,
         )
         return adapter

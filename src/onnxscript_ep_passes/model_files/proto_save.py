@@ -9,8 +9,9 @@ caller works on the graph:
   tensor (anything else is left to :func:`~onnxscript_ep_passes.model_files.io.save_model`).
 * :class:`ProtoSave` stages the output and starts the copy (up to the last tensor the proto
   declares, as :func:`~onnxscript_ep_passes.model_files.io.save_model` copies, a reflink where
-  the file system has them). Its commit waits for the copy, writes the graph pointing at
-  it and moves both into place with the same atomic protocol (:mod:`~onnxscript_ep_passes.model_files.atomic`):
+  the file system has them). Its commit writes and checks the graph pointing at it while
+  the copy still runs, then waits for the copy and moves both into place with the same
+  atomic protocol (:mod:`~onnxscript_ep_passes.model_files.atomic`):
   :meth:`ProtoSave.commit` for a proto whose initializers were not changed (the plain
   lowering's fast path), :meth:`ProtoSave.commit_model` for an onnx-ir model built from
   the proto (the EP search): it commits only when
@@ -137,8 +138,8 @@ class ProtoSave:
     Copying the data file (and flushing it to disk) is most of saving a large model, and
     it needs only the proto's external-data references. Creating a ``ProtoSave`` stages
     the output and starts that copy in a thread; the caller rewrites the proto's nodes
-    meanwhile (never its initializers) and calls :meth:`commit`, which waits for the copy,
-    writes the graph and moves both into place as :func:`save_proto` does; or it works on
+    meanwhile (never its initializers) and calls :meth:`commit`, which writes the graph,
+    waits for the copy and moves both into place as :func:`save_proto` does; or it works on
     an onnx-ir model of the proto and calls :meth:`commit_model`. The files committed get at
     most the permissions of ``source`` and ``model_path`` (the model file). Leaving the ``with``
     block without a commit (the caller declined, or an error or an interrupt) stops the
@@ -202,13 +203,23 @@ class ProtoSave:
             self._copier = None
 
     def commit(self, proto: onnx.ModelProto) -> None:
-        """Wait for the copy, write ``proto`` pointing at it, move both into place."""
+        """Write ``proto`` pointing at the copy, wait for the copy, move both into place.
+
+        The graph is serialized, checked (the checker's full check, most of writing it)
+        and staged while the copy still runs: it needs only the staged data file's name.
+        A copy that failed is what is raised, as when the graph came after it."""
+        if self._name is not None:
+            point_external_data(proto, self._name)
+        try:
+            self._stage.write_graph(proto)
+        except Exception:
+            self._wait()
+            if self._failure is not None:
+                raise self._failure from None
+            raise
         self._wait()
         if self._failure is not None:
             raise self._failure
-        if self._name is not None:
-            point_external_data(proto, self._name)
-        self._stage.write_graph(proto)
         self._stage.commit(self._name, self._keep)
 
     def commit_model(self, model: ir.Model) -> bool:

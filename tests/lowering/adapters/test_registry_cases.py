@@ -42,3 +42,14 @@ def test_every_handwritten_adapter_has_a_case() -> None:
         if (e.op_type, e.version) not in covered
     ]
     assert not missing, f"hand-written adapters without a test case: {missing}"
+
+
+def test_types_only_tests_name_the_schema_change() -> None:
+    """A ``types_only`` test (the proto fast path's shortcut past an adapter) lives next to
+    its adapter, in the same step module, and its docstring names the step it reads."""
+    entries = [e for e in DEFAULT_REGISTRY.handwritten() if e.types_only is not None]
+    assert entries  # Cast-24 and CastLike-24 at least
+    for entry in entries:
+        assert entry.types_only is not None
+        assert entry.types_only.__module__ == entry.adapter.__module__, entry
+        assert f"{entry.op_type}-{entry.version}" in (entry.types_only.__doc__ or ""), entry

@@ -19,6 +19,7 @@ __all__ = [
 from typing import Any
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 
 from onnxscript_ep_passes.lowering import schemas
@@ -32,7 +33,14 @@ def _drop_round_mode(node: ir.Node, ctx: DowngradeContext) -> None:
     node.attributes.pop("round_mode", None)
 
 
-@register_downgrade("Cast", 24, kind="attribute", lend_shapes=False)
+def _no_round_mode(node: onnx.NodeProto) -> bool:
+    """Cast-24 and CastLike-24 added ``round_mode`` (and float8e8m0 to T1 and T2): a node
+    without the attribute needs only the type rule (float8e8m0 refused), which is all
+    :func:`_drop_round_mode` then does."""
+    return all(attr.name != "round_mode" for attr in node.attribute)
+
+
+@register_downgrade("Cast", 24, kind="attribute", lend_shapes=False, types_only=_no_round_mode)
 def cast_24(node: ir.Node, ctx: DowngradeContext) -> None:
     """Cast-24 added float8e8m0 and ``round_mode``: drop ``round_mode``, refuse float8e8m0.
 
@@ -43,7 +51,7 @@ def cast_24(node: ir.Node, ctx: DowngradeContext) -> None:
     _drop_round_mode(node, ctx)
 
 
-@register_downgrade("CastLike", 24, kind="attribute", lend_shapes=False)
+@register_downgrade("CastLike", 24, kind="attribute", lend_shapes=False, types_only=_no_round_mode)
 def castlike_24(node: ir.Node, ctx: DowngradeContext) -> None:
     """CastLike-24 added float8e8m0 and ``round_mode``: as for Cast-24."""
     _drop_round_mode(node, ctx)
