@@ -87,27 +87,56 @@ def _signature_problem(graph: onnx.GraphProto) -> str | None:
     return None
 
 
-def _checkable(proto: onnx.ModelProto) -> onnx.ModelProto:
+def _checkable(proto: onnx.ModelProto, data: bytes | None = None) -> onnx.ModelProto:
     """A copy of ``proto`` with what the checker cannot judge set aside (module rules).
 
     Copying (in C) costs less than a second walk over the graphs in Python, so the copy
-    is made first and walked once."""
+    is made first and walked once. ``data``, ``proto`` serialized, spares walks over
+    every node's attributes where its bytes show they would find nothing
+    (:func:`_walks_needed`)."""
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
-    graphs = list(iter_graphs(copy.graph))
-    _set_external_aside(copy, graphs)
+    subgraphs, attribute_tensors = _walks_needed(data)
+    graphs = list(iter_graphs(copy.graph)) if subgraphs else [copy.graph]
+    external = _set_external_aside(copy, graphs)
+    if attribute_tensors and (data is None or data.count(_EXTERNAL_BYTES) > external):
+        for graph in graphs:
+            for node in graph.node:
+                _zero_external(node)
     _set_ort_ops_aside(copy, [n for g in graphs for n in g.node])
     return copy
 
 
-def _set_external_aside(proto: onnx.ModelProto, graphs: list[onnx.GraphProto]) -> None:
+# Protobuf's encoding of fields set to these values, as every serializer writes them (the
+# field's tag, then its varint). A value never set leaves no such bytes, whatever else
+# the bytes hold: their absence proves it, their presence proves nothing.
+_EXTERNAL_BYTES = bytes([14 << 3, onnx.TensorProto.EXTERNAL])  # TensorProto.data_location
+_GRAPH_TYPE_BYTES = tuple(  # AttributeProto.type (field 20: a two-byte tag)
+    bytes([(20 << 3) & 0x7F | 0x80, (20 << 3) >> 7, kind])
+    for kind in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+)
+
+
+def _walks_needed(data: bytes | None) -> tuple[bool, bool]:
+    """Whether an attribute of the serialized model ``data`` may hold a graph, and
+    whether one may hold a tensor with external data (both when ``data`` is None); the
+    latter is then settled by counting external tensors against the initializers'."""
+    if data is None:
+        return True, True
+    return any(b in data for b in _GRAPH_TYPE_BYTES), _EXTERNAL_BYTES in data
+
+
+def _set_external_aside(proto: onnx.ModelProto, graphs: list[onnx.GraphProto]) -> int:
+    """Replace the external initializers of ``graphs`` by graph inputs; their count."""
     main = proto.graph
     inputs = {i.name for i in main.input}
+    count = 0
     for graph in graphs:
         kept: list[onnx.TensorProto] = []
         external: list[onnx.TensorProto] = []
         for tensor in graph.initializer:
             (external if tensor.data_location == _EXTERNAL else kept).append(tensor)
+        count += len(external)
         if external:
             del graph.initializer[:]
             graph.initializer.extend(kept)
@@ -119,12 +148,16 @@ def _set_external_aside(proto: onnx.ModelProto, graphs: list[onnx.GraphProto]) -
                 shape = value.type.tensor_type.shape
                 for dim in tensor.dims:
                     shape.dim.add(dim_value=dim)
-        for node in graph.node:
-            for tensor in _external_tensors(node):
-                size = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-                tensor.data_location = onnx.TensorProto.DEFAULT
-                del tensor.external_data[:]
-                tensor.raw_data = bytes(math.prod(tensor.dims) * size)
+    return count
+
+
+def _zero_external(node: onnx.NodeProto) -> None:
+    """Replace the external tensors of ``node``'s attributes by zeros of their type."""
+    for tensor in _external_tensors(node):
+        size = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        tensor.data_location = onnx.TensorProto.DEFAULT
+        del tensor.external_data[:]
+        tensor.raw_data = bytes(math.prod(tensor.dims) * size)
 
 
 def _scope_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
@@ -154,13 +187,13 @@ def _set_ort_ops_aside(proto: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> N
             imports.append(onnx.helper.make_opsetid(ORT_DEFAULT_DOMAIN_STANDIN, 1))
 
 
-def check_output(proto: onnx.ModelProto, out: Path) -> None:
+def check_output(proto: onnx.ModelProto, out: Path, data: bytes | None = None) -> None:
     """Raise ValueError (one line) when ``proto``, to be written to ``out``, fails the
-    module's rules."""
+    module's rules; ``data``: ``proto`` serialized, when the caller has it."""
     problem = _signature_problem(proto.graph)
     if problem is None:
         try:
-            onnx.checker.check_model(_checkable(proto), full_check=True)
+            onnx.checker.check_model(_checkable(proto, data), full_check=True)
         except Exception as error:  # ValidationError, InferenceError (the C++ checker)
             problem = _one_line(error)
     if problem is not None:
