@@ -38,7 +38,9 @@ Saving (:func:`save_model`):
   (compared by resolved path and by inode).
 * :mod:`~onnxscript_ep_passes.model_files.proto_save` saves the same way while starting the weights
   copy as soon as the proto is loaded (:func:`copy_file_source` says whether the model
-  that is finally saved can use that copy).
+  that is finally saved can use that copy). ``lower`` begins it once the external-data
+  references have passed their checks (:func:`parse_graph_proto`), before the structural
+  checks, which then run while it copies; a refusal removes what was staged.
 """
 
 from __future__ import annotations
