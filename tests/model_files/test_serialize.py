@@ -7,6 +7,7 @@ import onnx
 import onnx_ir as ir
 import pytest
 
+from onnxscript_ep_passes.core.onnx_utils import point_external_data
 from onnxscript_ep_passes.model_files.serialize import serialize_model
 
 
@@ -94,3 +95,26 @@ def test_what_onnx_ir_orders_otherwise_falls_back_to_it(case: str) -> None:
         model.functions[function.identifier()] = function
     _same(model)
     assert onnx.ModelProto.FromString(serialize_model(model).SerializeToString())
+
+
+def test_a_location_points_every_graphs_external_initializers_at_it() -> None:
+    model, graph, current = _model()
+
+    def external(name: str) -> ir.Value:
+        tensor = ir.ExternalTensor(
+            "w.data", 0, 16, ir.DataType.FLOAT, shape=ir.Shape([4]), name=name, base_dir="/tmp"
+        )
+        return ir.Value(name=name, const_value=tensor)
+
+    graph.register_initializer(external("big"))
+    inner = external("inner_big")
+    then = ir.Graph([], [], nodes=[], initializers=[inner], name="then")
+    add = ir.node("Add", [current, inner])
+    then.append(add)
+    then.outputs.append(add.outputs[0])
+    graph.append(ir.node("If", [graph.inputs[0]], attributes={"then_branch": then}))
+    expected = ir.serde.serialize_model(model)
+    point_external_data(expected, "out.onnx.data")
+    got = serialize_model(model, "out.onnx.data")
+    assert got.SerializeToString() == expected.SerializeToString()
+    assert "out.onnx.data" in str(got.graph.node[-1].attribute[0].g.initializer[0])

@@ -70,7 +70,7 @@ import onnx
 import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
-from onnxscript_ep_passes.core.onnx_utils import point_external_data, walk
+from onnxscript_ep_passes.core.onnx_utils import walk
 from onnxscript_ep_passes.errors import InvalidModelError
 from onnxscript_ep_passes.model_files.atomic import Stage as _Stage
 from onnxscript_ep_passes.model_files.atomic import permission_mask
@@ -255,10 +255,7 @@ def _single_source(tensors: list[ir.TensorProtocol]) -> Path | None:
 
 def serialize_pointing_at(model: ir.Model, location: str | None) -> onnx.ModelProto:
     """The model's proto; external references renamed to ``location`` when given."""
-    proto = serialize_model(model)
-    if location is not None:
-        point_external_data(proto, location)
-    return proto
+    return serialize_model(model, location)
 
 
 def copy_file_source(model: ir.Model, external_data: bool | None = None) -> tuple[Path, int] | None:

@@ -22,6 +22,10 @@ distinct one once and copying it (in C) for the others. Rules:
   output with a quantization annotation, functions in a model below IR version 10,
   whose value_info onnx-ir appends to the main graph's), the whole model is written by
   onnx-ir instead.
+* Given a ``location``, the external initializers of every graph point at it afterwards,
+  as :func:`~onnxscript_ep_passes.core.onnx_utils.point_external_data` points them; the
+  nodes written here hold no subgraph, so only the main graph and the subgraphs of the
+  nodes onnx-ir wrote are read for it.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from typing import Any, cast
 
 import onnx
 import onnx_ir as ir
+
+from onnxscript_ep_passes.core.onnx_utils import iter_graphs, point_external_data
 
 # What onnx-ir's serializer reads (onnx_ir.serde): a value's quantization annotation is
 # this metadata field; functions keep their value_info from this IR version on.
@@ -72,17 +78,47 @@ class _ModelWithoutNodes:
         return getattr(self._model, name)
 
 
-def serialize_model(model: ir.Model) -> onnx.ModelProto:
-    """``ir.serde.serialize_model(model)``, byte for byte (module rules)."""
-    if model.functions and model.ir_version < _FUNCTION_VALUE_INFO_IR_VERSION:
-        return ir.serde.serialize_model(model)
-    proto = onnx.ModelProto()
-    ir.serde.serialize_model_into(proto, from_=cast(Any, _ModelWithoutNodes(model)))
-    try:
-        _Writer(model.ir_version).write_nodes(proto.graph, model.graph)
-    except _FallbackError:
-        return ir.serde.serialize_model(model)
+def serialize_model(model: ir.Model, location: str | None = None) -> onnx.ModelProto:
+    """``ir.serde.serialize_model(model)``, byte for byte (module rules); with
+    ``location``, every graph's external initializers then point at that file, as
+    :func:`~onnxscript_ep_passes.core.onnx_utils.point_external_data` points them (only the
+    main graph and the subgraphs of the nodes that hold one are read for it, not every
+    node)."""
+    if not (model.functions and model.ir_version < _FUNCTION_VALUE_INFO_IR_VERSION):
+        proto = onnx.ModelProto()
+        ir.serde.serialize_model_into(proto, from_=cast(Any, _ModelWithoutNodes(model)))
+        writer = _Writer(model.ir_version)
+        try:
+            writer.write_nodes(proto.graph, model.graph)
+        except _FallbackError:
+            pass
+        else:
+            if location is not None:
+                _point_at(proto, location, writer.holders)
+            return proto
+    proto = ir.serde.serialize_model(model)
+    if location is not None:
+        point_external_data(proto, location)
     return proto
+
+
+def _point_at(proto: onnx.ModelProto, location: str, holders: list[int]) -> None:
+    """Point the external initializers of the main graph and of the subgraphs of its
+    nodes ``holders`` (the indices of those with a subgraph attribute) at ``location``."""
+    graphs = [proto.graph]
+    nodes = proto.graph.node
+    for index in holders:
+        for attr in nodes[index].attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                graphs.extend(iter_graphs(attr.g))
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    graphs.extend(iter_graphs(sub))
+    for graph in graphs:
+        for tensor in graph.initializer:
+            for entry in tensor.external_data:
+                if entry.key == "location":
+                    entry.value = location
 
 
 def _varint(number: int) -> bytes:
@@ -121,12 +157,13 @@ class _Writer:
         self._nodes: dict[tuple[object, ...], bytes] = {}
         self._types_by_shape: dict[tuple[object, ...], bytes] = {}
         self._types: dict[tuple[object, ...], bytes] = {}
+        self.holders: list[int] = []  # the nodes written with a subgraph attribute
 
     def write_nodes(self, graph_proto: onnx.GraphProto, graph: ir.Graph) -> None:
         chunk: list[bytes] = []
         add = chunk.append
-        for node in graph:
-            data = self._node_bytes(node)
+        for index, node in enumerate(graph):
+            data = self._node_bytes(node, index)
             add(_GRAPH_NODE)
             add(_length(len(data)))
             add(data)
@@ -148,9 +185,11 @@ class _Writer:
                 add(data)
         graph_proto.MergeFromString(b"".join(chunk))
 
-    def _node_bytes(self, node: ir.Node) -> bytes:
+    def _node_bytes(self, node: ir.Node, index: int) -> bytes:
         cached = self._node_part(node)
         if cached is None:
+            if any(a.type in _SUBGRAPH for a in node.attributes.data.values()):
+                self.holders.append(index)
             proto = onnx.NodeProto()
             ir.serde.serialize_node_into(proto, from_=node, model_ir_version=self._ir_version)
             return proto.SerializeToString()
