@@ -129,14 +129,17 @@ class BodyTemplate:
         }
         typed_run: list[ir.Node] = []  # typed nodes built, not inserted yet: one insertion
 
+        count = len(inputs)
+
         def value(ref: _Ref | None) -> ir.Value | None:
             if ref is None:
                 return None
             index, position = ref
             if index == _FORMAL:
-                return inputs[position] if position < len(inputs) else None
+                return inputs[position] if position < count else None
             return built[index].outputs[position]
 
+        fresh_name = ctx.fresh_name
         for index, body_node in enumerate(self._nodes):
             new = ir.Node(
                 body_node.domain,
@@ -144,7 +147,7 @@ class BodyTemplate:
                 [value(ref) for ref in body_node.inputs],
                 [_fresh(attr) for attr in body_node.attributes],
                 num_outputs=body_node.num_outputs,
-                name=ctx.fresh_name(body_node.op_type),
+                name=fresh_name(body_node.op_type),
             )
             reads_data = bool(data) and not data.isdisjoint(self._formal[index])
             built.append(new)
@@ -204,6 +207,8 @@ def _fresh(attr: ir.Attr) -> ir.Attr:
 
 def _copy_type(type_: ir.TypeProtocol | None) -> ir.TypeProtocol | None:
     """An equal type object of its own (``Value.dtype = ...`` changes a type in place)."""
+    if type(type_) is ir.TensorType:  # the common case first (one copy per body output)
+        return ir.TensorType(type_.dtype, denotation=type_.denotation)
     if isinstance(type_, (ir.TensorType, ir.SparseTensorType)):
         return type(type_)(type_.dtype, denotation=type_.denotation)
     if isinstance(type_, (ir.SequenceType, ir.OptionalType)):
