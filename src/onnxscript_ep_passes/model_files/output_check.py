@@ -35,13 +35,17 @@ from typing import Any
 import onnx
 import onnx.helper
 
-from onnxscript_ep_passes.core.onnx_utils import get_schema, iter_graphs, iter_nodes
+from onnxscript_ep_passes.core.onnx_utils import get_schema, iter_nodes
 
 ORT_DEFAULT_DOMAIN_STANDIN = "onnxscript_ep_passes.ort_default_domain"
 """The domain the checked copy gives ai.onnx-domain nodes onnx has no schema for."""
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 _EXTERNAL = onnx.TensorProto.EXTERNAL
+_TENSOR = onnx.AttributeProto.TENSOR
+_TENSORS = onnx.AttributeProto.TENSORS
+_GRAPH = onnx.AttributeProto.GRAPH
+_GRAPHS = onnx.AttributeProto.GRAPHS
 
 
 def _one_line(error: BaseException) -> str:
@@ -56,24 +60,45 @@ def _default_opset(imports: list[onnx.OperatorSetIdProto]) -> int | None:
 def _unknown_to_onnx(nodes: list[onnx.NodeProto], opset: int | None) -> list[onnx.NodeProto]:
     if opset is None:
         return []
-    return [
-        n
-        for n in nodes
-        if n.domain in _DEFAULT_DOMAINS and get_schema(n.op_type, opset, "") is None
-    ]
+    known: dict[str, bool] = {}  # one schema look-up per op, not per node
+    unknown = []
+    for node in nodes:
+        if node.domain not in _DEFAULT_DOMAINS:
+            continue
+        op_type = node.op_type
+        has_schema = known.get(op_type)
+        if has_schema is None:
+            has_schema = known[op_type] = get_schema(op_type, opset, "") is not None
+        if not has_schema:
+            unknown.append(node)
+    return unknown
 
 
-def _external_tensors(node: onnx.NodeProto) -> list[onnx.TensorProto]:
-    """The tensors with external data in ``node``'s attributes (only tensor attributes
-    are read: touching every attribute's ``t`` field costs more than the checker)."""
-    found = []
-    for attr in node.attribute:
-        kind = attr.type
-        if kind == onnx.AttributeProto.TENSOR and attr.t.data_location == _EXTERNAL:
-            found.append(attr.t)
-        elif kind == onnx.AttributeProto.TENSORS:
-            found.extend(t for t in attr.tensors if t.data_location == _EXTERNAL)
-    return found
+def _walk(
+    graph: onnx.GraphProto,
+    graphs: list[onnx.GraphProto],
+    nodes: list[onnx.NodeProto],
+    external: list[onnx.TensorProto],
+) -> None:
+    """Collect ``graph`` and its subgraphs (as ``iter_graphs`` orders them), their nodes
+    and the tensors with external data in the nodes' attributes, in one pass (only
+    tensor attributes are read: touching every attribute's ``t`` field costs more than
+    the checker)."""
+    graphs.append(graph)
+    for node in graph.node:
+        nodes.append(node)
+        for attr in node.attribute:
+            kind = attr.type
+            if kind == _TENSOR:
+                if attr.t.data_location == _EXTERNAL:
+                    external.append(attr.t)
+            elif kind == _GRAPH:
+                _walk(attr.g, graphs, nodes, external)
+            elif kind == _GRAPHS:
+                for sub in attr.graphs:
+                    _walk(sub, graphs, nodes, external)
+            elif kind == _TENSORS:
+                external.extend(t for t in attr.tensors if t.data_location == _EXTERNAL)
 
 
 def _signature_problem(graph: onnx.GraphProto) -> str | None:
@@ -94,13 +119,20 @@ def _checkable(proto: onnx.ModelProto) -> onnx.ModelProto:
     is made first and walked once."""
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
-    graphs = list(iter_graphs(copy.graph))
-    _set_external_aside(copy, graphs)
-    _set_ort_ops_aside(copy, [n for g in graphs for n in g.node])
+    graphs: list[onnx.GraphProto] = []
+    nodes: list[onnx.NodeProto] = []
+    external: list[onnx.TensorProto] = []
+    _walk(copy.graph, graphs, nodes, external)
+    _set_external_aside(copy, graphs, external)
+    _set_ort_ops_aside(copy, nodes)
     return copy
 
 
-def _set_external_aside(proto: onnx.ModelProto, graphs: list[onnx.GraphProto]) -> None:
+def _set_external_aside(
+    proto: onnx.ModelProto, graphs: list[onnx.GraphProto], in_attributes: list[onnx.TensorProto]
+) -> None:
+    """Initializers with external data become graph inputs; ``in_attributes`` (external
+    tensors in nodes' attributes) zeros."""
     main = proto.graph
     inputs = {i.name for i in main.input}
     for graph in graphs:
@@ -119,12 +151,11 @@ def _set_external_aside(proto: onnx.ModelProto, graphs: list[onnx.GraphProto]) -
                 shape = value.type.tensor_type.shape
                 for dim in tensor.dims:
                     shape.dim.add(dim_value=dim)
-        for node in graph.node:
-            for tensor in _external_tensors(node):
-                size = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-                tensor.data_location = onnx.TensorProto.DEFAULT
-                del tensor.external_data[:]
-                tensor.raw_data = bytes(math.prod(tensor.dims) * size)
+    for tensor in in_attributes:
+        size = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        tensor.data_location = onnx.TensorProto.DEFAULT
+        del tensor.external_data[:]
+        tensor.raw_data = bytes(math.prod(tensor.dims) * size)
 
 
 def _scope_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
