@@ -93,6 +93,31 @@ def test_duplicates_merge_and_equal_small_constants_are_shared() -> None:
     assert pred.removed_by_rule() == {"common_subexpression": 3}
 
 
+def test_an_int_and_a_float_attribute_of_equal_value_do_not_merge() -> None:
+    """ORT compares an attribute's type as well as its value: of three LayerNormalizations
+    (its schema accepts attributes it does not declare) with ``extra`` = int 1, float 1.0,
+    int 1, only the two int ones merge."""
+    extra = {"int_a": (onnx.AttributeProto.INT, 1), "float_b": (onnx.AttributeProto.FLOAT, 1.0)}
+    extra["int_c"] = extra["int_a"]
+    nodes = []
+    for name, (kind, value) in extra.items():
+        node = oh.make_node("LayerNormalization", ["x", "s"], [f"{name}_out"], name=name)
+        attr = node.attribute.add()
+        attr.name, attr.type = "extra", kind
+        if kind == onnx.AttributeProto.INT:
+            attr.i = int(value)
+        else:
+            attr.f = value
+        nodes.append(node)
+    nodes += [
+        oh.make_node("Add", ["int_a_out", "float_b_out"], ["ab"], name="add_ab"),
+        oh.make_node("Add", ["ab", "int_c_out"], ["y"], name="add_c"),
+    ]
+    inputs = [_x(), oh.make_tensor_value_info("s", F, [3])]
+    pred = _check(_model(nodes, inputs, [_y()], opset=17))
+    assert [r.name for r in pred.removed] == ["int_c"]
+
+
 def test_identity_same_type_cast_and_dropout_are_eliminated() -> None:
     nodes = [
         oh.make_node("Identity", ["x"], ["i"], name="identity"),

@@ -15,9 +15,10 @@ a round changes nothing (ORT's transformer manager repeats its level up to 10 ti
    int64) with the same type, shape and bytes become one value.
 3. Common-subexpression elimination: a node with the same op, domain and attributes
    (numbers, strings and their lists only: nodes with tensor or graph attributes are never
-   merged) as an earlier one in ORT's topological order, on the same inputs, is replaced
-   by it. Random ops and
-   ``DequantizeLinear`` are never merged; a node whose output is a graph output is kept.
+   merged; an attribute's type counts, as in ORT: an int 1 is not a float 1.0) as an
+   earlier one in ORT's topological order, on the same inputs, is replaced by it. Random
+   ops and ``DequantizeLinear`` are never merged; a node whose output is a graph output is
+   kept.
 4. Constant folding (in ORT's topological order where :mod:`.load_shapes` runs, each
    node inferred again once one has folded): a deterministic ai.onnx node without subgraphs, all of whose inputs
    are constant initializers, and that ORT's CPU EP has a kernel for (by version), is
@@ -352,12 +353,14 @@ def _cse_key(node: FlatNode, memo: dict[ir.Node, Hashable | None]) -> Hashable |
 
 
 def _attributes_key(ir_node: ir.Node) -> Hashable | None:
-    attributes: list[tuple[str, Hashable]] = []
+    """Each attribute's name, type and value: ORT compares the type too (int 1 and float
+    1.0 differ, though equal in Python)."""
+    attributes: list[tuple[str, ir.AttributeType, Hashable]] = []
     for name, attr in ir_node.attributes.items():
         if not isinstance(attr, ir.Attr) or attr.is_ref() or attr.type not in _MERGEABLE_ATTRIBUTES:
             return None
         value = attr.value
-        attributes.append((name, tuple(value) if isinstance(value, list) else value))
+        attributes.append((name, attr.type, tuple(value) if isinstance(value, list) else value))
     return tuple(sorted(attributes, key=lambda a: a[0]))
 
 
