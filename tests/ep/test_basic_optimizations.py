@@ -211,6 +211,21 @@ def test_transpose_pairs_that_cancel_go() -> None:
     assert pred.removed_by_rule() == {"transpose_cancellation": 2}
 
 
+def test_nodes_an_edit_makes_equal_merge_in_the_next_round() -> None:
+    """A Relu of x and a Relu of a cancelling Transpose pair over x: equal only once the
+    pair is gone (round 1's last rule), so common-subexpression elimination merges them
+    in round 2, on the key of the rewired Relu computed again."""
+    nodes = [
+        oh.make_node("Relu", ["x"], ["r1"], name="relu_x"),
+        oh.make_node("Transpose", ["x"], ["t1"], perm=[1, 0], name="t1"),
+        oh.make_node("Transpose", ["t1"], ["t2"], perm=[1, 0], name="t2"),
+        oh.make_node("Relu", ["t2"], ["r2"], name="relu_tt"),
+        oh.make_node("Add", ["r1", "r2"], ["y"], name="add"),
+    ]
+    pred = _check(_model(nodes, [_x()], [_y()]))
+    assert pred.removed_by_rule() == {"common_subexpression": 1, "transpose_cancellation": 2}
+
+
 def test_disabled_removes_nothing_and_levels_are_checked() -> None:
     nodes = [oh.make_node("Identity", ["x"], ["i"], name="identity")]
     nodes.append(oh.make_node("Relu", ["i"], ["y"], name="relu"))

@@ -18,7 +18,8 @@ a round changes nothing (ORT's transformer manager repeats its level up to 10 ti
    merged; an attribute's type counts, as in ORT: an int 1 is not a float 1.0) as an
    earlier one in ORT's topological order, on the same inputs, is replaced by it. Random
    ops and ``DequantizeLinear`` are never merged; a node whose output is a graph output is
-   kept.
+   kept. A node's key is computed once per prediction and kept across rounds, computed
+   again only for the nodes an edit rewired (:class:`~.edits.ScopeEdits`).
 4. Constant folding (in ORT's topological order where :mod:`.load_shapes` runs, each
    node inferred again once one has folded): a deterministic ai.onnx node without subgraphs, all of whose inputs
    are constant initializers, and that ORT's CPU EP has a kernel for (by version), is
@@ -300,10 +301,14 @@ def _eliminate_common_subexpressions(state: ScopeEdits) -> bool:
     seen: dict[Hashable, FlatNode] = {}
     changed = False
     attributes = state.cse_attributes
+    keys = state.cse_keys  # kept across rounds, dropped for the nodes an edit rewires
+    missing = _MISSING
     for node in state.order():  # the first of equal nodes is kept
         if not state.optimizable(node):
             continue
-        key = _cse_key(node, attributes)
+        key = keys.get(node, missing)
+        if key is missing:
+            key = keys[node] = _cse_key(node, attributes)
         if key is None:
             continue
         first = seen.setdefault(key, node)
@@ -324,9 +329,14 @@ def _eliminate_common_subexpressions(state: ScopeEdits) -> bool:
     return changed
 
 
+_MISSING: Hashable = object()  # no key kept for the node
+
+
 def _cse_key(node: FlatNode, memo: dict[ir.Node, Hashable | None]) -> Hashable | None:
     """What two nodes must share to be merged; ``memo``: the attribute part per IR node,
-    read once per prediction (the model is not edited meanwhile)."""
+    read once per prediction (the model is not edited meanwhile). An input is keyed by
+    its value's identity (``id``; a missing one by ``id(None)``, which no value has),
+    trailing missing inputs dropped."""
     if node.op_type in _NON_DETERMINISTIC or (
         node.domain == "" and node.op_type == "DequantizeLinear"
     ):
@@ -334,21 +344,22 @@ def _cse_key(node: FlatNode, memo: dict[ir.Node, Hashable | None]) -> Hashable |
     ir_node = node.node
     if ir_node is None or node.inlined_by_ort:
         return None
-    if ir_node not in memo:
-        memo[ir_node] = _attributes_key(ir_node)
-    attributes = memo[ir_node]
+    attributes = memo.get(ir_node, _MISSING)
+    if attributes is _MISSING:
+        attributes = memo[ir_node] = _attributes_key(ir_node)
     if attributes is None:
         return None  # a subgraph, a tensor: ORT keeps such nodes distinct
-    inputs = list(node.inputs)
-    while inputs and inputs[-1] is None:
-        inputs.pop()
+    inputs = node.inputs
+    count = len(inputs)
+    while count and inputs[count - 1] is None:
+        count -= 1
     return (
         node.op_type,
         node.domain,
         node.since_version,
         attributes,
-        tuple(id(v) if v is not None else None for v in inputs),
-        tuple(o is not None for o in node.outputs),
+        tuple(map(id, inputs[:count] if count < len(inputs) else inputs)),
+        tuple([o is not None for o in node.outputs]),
     )
 
 
