@@ -366,13 +366,24 @@ def _cse_key(node: FlatNode, memo: dict[ir.Node, Hashable | None]) -> Hashable |
 def _attributes_key(ir_node: ir.Node) -> Hashable | None:
     """Each attribute's name, type and value: ORT compares the type too (int 1 and float
     1.0 differ, though equal in Python)."""
+    # The attributes' own dict (the mapping's items() looks each one up again); names
+    # are unique, so sorting the entries sorts them by name.
+    data = ir_node.attributes.data
+    if not data:
+        return ()
     attributes: list[tuple[str, ir.AttributeType, Hashable]] = []
-    for name, attr in ir_node.attributes.items():
-        if not isinstance(attr, ir.Attr) or attr.is_ref() or attr.type not in _MERGEABLE_ATTRIBUTES:
+    mergeable = _MERGEABLE_ATTRIBUTES
+    for name, attr in data.items():
+        if not isinstance(attr, ir.Attr) or attr.is_ref():
+            return None
+        kind = attr.type
+        if kind not in mergeable:
             return None
         value = attr.value
-        attributes.append((name, attr.type, tuple(value) if isinstance(value, list) else value))
-    return tuple(sorted(attributes, key=lambda a: a[0]))
+        attributes.append((name, kind, tuple(value) if isinstance(value, list) else value))
+    if len(attributes) > 1:
+        attributes.sort()
+    return tuple(attributes)
 
 
 # -- 4. constant folding --------------------------------------------------------------------
