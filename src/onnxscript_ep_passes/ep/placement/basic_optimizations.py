@@ -132,6 +132,7 @@ _MERGEABLE_ATTRIBUTES = frozenset(
     }
 )
 _INT64_MAX = np.iinfo(np.int64).max
+_MISSING: Hashable = object()  # no key kept for the node
 
 
 def apply_basic_optimizations(scope: FlatScope) -> list[RemovedNode]:
@@ -163,10 +164,15 @@ def apply_basic_optimizations(scope: FlatScope) -> list[RemovedNode]:
 # -- 1. redundant nodes -------------------------------------------------------------------
 
 
+_REDUNDANT_OPS = frozenset({"Identity", "Cast", "Dropout", "Expand", "Slice"})
+"""The ops :func:`_redundant_rule` may remove (the others are skipped before any check)."""
+
+
 def _eliminate_redundant(state: ScopeEdits) -> bool:
     changed = False
+    ops = _REDUNDANT_OPS
     for node in state.scope.nodes:
-        if not state.optimizable(node) or node.domain != "":
+        if node.op_type not in ops or not state.optimizable(node) or node.domain != "":
             continue
         rule = _redundant_rule(node)
         if rule is None:
@@ -327,9 +333,6 @@ def _eliminate_common_subexpressions(state: ScopeEdits) -> bool:
             state.remove(node, "common_subexpression")
             changed = True
     return changed
-
-
-_MISSING: Hashable = object()  # no key kept for the node
 
 
 def _cse_key(node: FlatNode, memo: dict[ir.Node, Hashable | None]) -> Hashable | None:
