@@ -66,3 +66,14 @@ def test_a_frozen_heap_leaves_another_owners_freeze_alone() -> None:
         gc.unfreeze()
     freeze_young()  # outside any frozen heap: nothing
     assert gc.get_freeze_count() == 0
+
+
+def test_a_block_the_process_ends_after_leaves_its_garbage_frozen() -> None:
+    gc.enable()
+    try:
+        with paused_collector(process_end=True):
+            _Cycle()  # garbage only a collection would free
+        assert gc.isenabled()
+        assert gc.get_freeze_count() > 0  # frozen, not scanned again
+    finally:
+        gc.unfreeze()

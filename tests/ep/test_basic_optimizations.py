@@ -93,6 +93,31 @@ def test_duplicates_merge_and_equal_small_constants_are_shared() -> None:
     assert pred.removed_by_rule() == {"common_subexpression": 3}
 
 
+def test_an_int_and_a_float_attribute_of_equal_value_do_not_merge() -> None:
+    """ORT compares an attribute's type as well as its value: of three LayerNormalizations
+    (its schema accepts attributes it does not declare) with ``extra`` = int 1, float 1.0,
+    int 1, only the two int ones merge."""
+    extra = {"int_a": (onnx.AttributeProto.INT, 1), "float_b": (onnx.AttributeProto.FLOAT, 1.0)}
+    extra["int_c"] = extra["int_a"]
+    nodes = []
+    for name, (kind, value) in extra.items():
+        node = oh.make_node("LayerNormalization", ["x", "s"], [f"{name}_out"], name=name)
+        attr = node.attribute.add()
+        attr.name, attr.type = "extra", kind
+        if kind == onnx.AttributeProto.INT:
+            attr.i = int(value)
+        else:
+            attr.f = value
+        nodes.append(node)
+    nodes += [
+        oh.make_node("Add", ["int_a_out", "float_b_out"], ["ab"], name="add_ab"),
+        oh.make_node("Add", ["ab", "int_c_out"], ["y"], name="add_c"),
+    ]
+    inputs = [_x(), oh.make_tensor_value_info("s", F, [3])]
+    pred = _check(_model(nodes, inputs, [_y()], opset=17))
+    assert [r.name for r in pred.removed] == ["int_c"]
+
+
 def test_identity_same_type_cast_and_dropout_are_eliminated() -> None:
     nodes = [
         oh.make_node("Identity", ["x"], ["i"], name="identity"),
@@ -184,6 +209,21 @@ def test_transpose_pairs_that_cancel_go() -> None:
     ]
     pred = _check(_model(nodes, [_x([2, 3, 4])], [_y()]))
     assert pred.removed_by_rule() == {"transpose_cancellation": 2}
+
+
+def test_nodes_an_edit_makes_equal_merge_in_the_next_round() -> None:
+    """A Relu of x and a Relu of a cancelling Transpose pair over x: equal only once the
+    pair is gone (round 1's last rule), so common-subexpression elimination merges them
+    in round 2, on the key of the rewired Relu computed again."""
+    nodes = [
+        oh.make_node("Relu", ["x"], ["r1"], name="relu_x"),
+        oh.make_node("Transpose", ["x"], ["t1"], perm=[1, 0], name="t1"),
+        oh.make_node("Transpose", ["t1"], ["t2"], perm=[1, 0], name="t2"),
+        oh.make_node("Relu", ["t2"], ["r2"], name="relu_tt"),
+        oh.make_node("Add", ["r1", "r2"], ["y"], name="add"),
+    ]
+    pred = _check(_model(nodes, [_x()], [_y()]))
+    assert pred.removed_by_rule() == {"common_subexpression": 1, "transpose_cancellation": 2}
 
 
 def test_disabled_removes_nothing_and_levels_are_checked() -> None:

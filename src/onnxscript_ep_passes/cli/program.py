@@ -378,18 +378,23 @@ def _defer_sympy() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status."""
+    """Run the command line; return the exit status.
+
+    Without ``argv`` (the program itself: the console script, ``python -m``), the
+    process ends after the command, so what it leaves is never collected
+    (:func:`~onnxscript_ep_passes.core.collector.paused_collector`'s ``process_end``).
+    """
     _defer_sympy()
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose, args.quiet)
     with native_output(args.verbose):
-        return _run(args)
+        return _run(args, process_end=argv is None)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, *, process_end: bool = False) -> int:
     try:
-        with interrupts_raised(), paused_collector():
+        with interrupts_raised(), paused_collector(process_end=process_end):
             return int(args.run(args))
     except KeyboardInterrupt as error:  # Ctrl-C, SIGTERM, SIGHUP: the clean-up has run
         signum = error.signum if isinstance(error, Interrupted) else signal.SIGINT

@@ -19,6 +19,12 @@ that grew with the model. Rules:
    would otherwise scan once, and keep, the model and its working copy (millions of
    objects at 40k nodes). It changes nothing when objects were frozen before it started
    (another owner's), and garbage among the frozen objects waits for the block's end.
+4. ``paused_collector(process_end=True)`` is for a block after which the process ends
+   (the command line run as the program): what exists when the block ends, the model's
+   garbage included, is frozen instead of being scanned by the first collection after
+   it (with collection paused, every object the block made is still in the youngest
+   generation: on a 40k-node decoder lowered to opset 22, that scan took 2 s). The
+   memory goes back with the process.
 """
 
 from __future__ import annotations
@@ -31,13 +37,16 @@ from collections.abc import Iterator
 
 
 @contextlib.contextmanager
-def paused_collector() -> Iterator[None]:
-    """Automatic cyclic garbage collection off inside the block (rule 1)."""
+def paused_collector(*, process_end: bool = False) -> Iterator[None]:
+    """Automatic cyclic garbage collection off inside the block (rule 1); with
+    ``process_end``, what is left at its end frozen, never collected (rule 4)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        if process_end:
+            gc.freeze()
         if enabled:
             gc.enable()
 

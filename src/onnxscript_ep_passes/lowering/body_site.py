@@ -1,4 +1,4 @@
-"""What the function-body modules need of the node being lowered: seven members, no more.
+"""What the function-body modules need of the node being lowered: eight members, no more.
 
 :class:`BodySite` is the part of :class:`~onnxscript_ep_passes.lowering.context.DowngradeContext`
 that expanding a node into its schema's function body reads (:mod:`.function_body`,
@@ -38,6 +38,10 @@ class BodySite(Protocol):
 
     def insert(self, node: ir.Node, opset: int, *, infer: bool = True) -> None:
         """Insert a built node before the node being lowered, read at ``opset``."""
+        ...
+
+    def insert_typed(self, nodes: Sequence[ir.Node], opset: int) -> None:
+        """Insert built nodes whose outputs all have their types, in order, read at ``opset``."""
         ...
 
     def fresh_name(self, op_type: str) -> str:

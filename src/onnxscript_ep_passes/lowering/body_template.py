@@ -15,7 +15,9 @@ Rules:
 * The first copy's output types are inferred by the context, node by node.
   :meth:`BodyTemplate.record_types` keeps them when every one is known; later copies
   then get equal, fresh type objects and equal shapes (a frozen shape, as inference
-  gives, is shared) and are not inferred again; :meth:`BodyTemplate.insert` says when a
+  gives, is shared) and are not inferred again: each run of such nodes goes into the
+  graph in one insertion (:meth:`.BodySite.insert_typed`; the same names, in the same
+  order, as one by one), before any node that is inferred; :meth:`BodyTemplate.insert` says when a
   copy got them all (an exact copy: the caller may then reuse what it did to the nodes
   of an earlier exact copy, :meth:`.BodySite.copied_body`). Reusing a
   template is right only for a node whose signature (:mod:`.body_cache`) fixes
@@ -64,6 +66,10 @@ class BodyTemplate:
         self.opset = opset  # the opset the body's nodes are read at
         self.built_outputs = tuple(built_outputs)  # the body's output names, as built
         self._nodes = tuple(nodes)
+        # Per body node, the positions of the node's inputs it reads.
+        self._formal = tuple(
+            frozenset(r[1] for r in n.inputs if r is not None and r[0] == _FORMAL) for n in nodes
+        )
         self._outputs = tuple(outputs)
         self._types: tuple[_OutputTypes, ...] | None = None
 
@@ -121,15 +127,19 @@ class BodyTemplate:
             for position, value in enumerate(inputs)
             if value is not None and holds_small_constant(value)
         }
+        typed_run: list[ir.Node] = []  # typed nodes built, not inserted yet: one insertion
+
+        count = len(inputs)
 
         def value(ref: _Ref | None) -> ir.Value | None:
             if ref is None:
                 return None
             index, position = ref
             if index == _FORMAL:
-                return inputs[position] if position < len(inputs) else None
+                return inputs[position] if position < count else None
             return built[index].outputs[position]
 
+        fresh_name = ctx.fresh_name
         for index, body_node in enumerate(self._nodes):
             new = ir.Node(
                 body_node.domain,
@@ -137,20 +147,23 @@ class BodyTemplate:
                 [value(ref) for ref in body_node.inputs],
                 [_fresh(attr) for attr in body_node.attributes],
                 num_outputs=body_node.num_outputs,
-                name=ctx.fresh_name(body_node.op_type),
+                name=fresh_name(body_node.op_type),
             )
-            reads_data = any(
-                r is not None and r[0] == _FORMAL and r[1] in data for r in body_node.inputs
-            )
-            typed = types is not None and not reads_data
-            if typed:
-                assert types is not None
+            reads_data = bool(data) and not data.isdisjoint(self._formal[index])
+            built.append(new)
+            if types is not None and not reads_data:
                 for out, (type_, shape) in zip(new.outputs, types[index]):
                     out.type, out.shape = _copy_type(type_), _copy_shape(shape)
-            ctx.insert(new, self.opset, infer=not typed)
-            if types is not None and reads_data and not _same_types(new, types[index]):
+                typed_run.append(new)
+                continue
+            if typed_run:  # inserted first: inference reads their outputs by name
+                ctx.insert_typed(typed_run, self.opset)
+                typed_run = []
+            ctx.insert(new, self.opset)
+            if types is not None and not _same_types(new, types[index]):
                 types = None
-            built.append(new)
+        if typed_run:
+            ctx.insert_typed(typed_run, self.opset)
         exact = self._types is not None and types is not None
         return built, [value(ref) for ref in self._outputs], exact
 
@@ -194,6 +207,8 @@ def _fresh(attr: ir.Attr) -> ir.Attr:
 
 def _copy_type(type_: ir.TypeProtocol | None) -> ir.TypeProtocol | None:
     """An equal type object of its own (``Value.dtype = ...`` changes a type in place)."""
+    if type(type_) is ir.TensorType:  # the common case first (one copy per body output)
+        return ir.TensorType(type_.dtype, denotation=type_.denotation)
     if isinstance(type_, (ir.TensorType, ir.SparseTensorType)):
         return type(type_)(type_.dtype, denotation=type_.denotation)
     if isinstance(type_, (ir.SequenceType, ir.OptionalType)):

@@ -243,6 +243,14 @@ class DowngradeContext:
             infer_node_output_types(node, opset, self._oracle.type_of)
         self.built.append((node, opset))
 
+    def insert_typed(self, nodes: Sequence[ir.Node], opset: int) -> None:
+        """Insert built nodes, in order, before the node being lowered, in one insertion;
+        each is read at ``opset`` and the caller has given every output its type."""
+        graph = self.node.graph
+        assert graph is not None, "the node being lowered is not in a graph"
+        graph.insert_before(self.node, nodes)
+        self.built.extend((node, opset) for node in nodes)
+
     def constant(self, value: np.ndarray | float | int | bool, dtype: Any = None) -> ir.Value:
         """A Constant node holding ``value`` (a numpy array or scalar).
 

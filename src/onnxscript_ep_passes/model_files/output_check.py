@@ -35,13 +35,17 @@ from typing import Any
 import onnx
 import onnx.helper
 
-from onnxscript_ep_passes.core.onnx_utils import get_schema, iter_graphs, iter_nodes
+from onnxscript_ep_passes.core.onnx_utils import get_schema, iter_nodes
 
 ORT_DEFAULT_DOMAIN_STANDIN = "onnxscript_ep_passes.ort_default_domain"
 """The domain the checked copy gives ai.onnx-domain nodes onnx has no schema for."""
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 _EXTERNAL = onnx.TensorProto.EXTERNAL
+_TENSOR = onnx.AttributeProto.TENSOR
+_TENSORS = onnx.AttributeProto.TENSORS
+_GRAPH = onnx.AttributeProto.GRAPH
+_GRAPHS = onnx.AttributeProto.GRAPHS
 
 
 def _one_line(error: BaseException) -> str:
@@ -56,24 +60,45 @@ def _default_opset(imports: list[onnx.OperatorSetIdProto]) -> int | None:
 def _unknown_to_onnx(nodes: list[onnx.NodeProto], opset: int | None) -> list[onnx.NodeProto]:
     if opset is None:
         return []
-    return [
-        n
-        for n in nodes
-        if n.domain in _DEFAULT_DOMAINS and get_schema(n.op_type, opset, "") is None
-    ]
+    known: dict[str, bool] = {}  # one schema look-up per op, not per node
+    unknown = []
+    for node in nodes:
+        if node.domain not in _DEFAULT_DOMAINS:
+            continue
+        op_type = node.op_type
+        has_schema = known.get(op_type)
+        if has_schema is None:
+            has_schema = known[op_type] = get_schema(op_type, opset, "") is not None
+        if not has_schema:
+            unknown.append(node)
+    return unknown
 
 
-def _external_tensors(node: onnx.NodeProto) -> list[onnx.TensorProto]:
-    """The tensors with external data in ``node``'s attributes (only tensor attributes
-    are read: touching every attribute's ``t`` field costs more than the checker)."""
-    found = []
-    for attr in node.attribute:
-        kind = attr.type
-        if kind == onnx.AttributeProto.TENSOR and attr.t.data_location == _EXTERNAL:
-            found.append(attr.t)
-        elif kind == onnx.AttributeProto.TENSORS:
-            found.extend(t for t in attr.tensors if t.data_location == _EXTERNAL)
-    return found
+def _walk(
+    graph: onnx.GraphProto,
+    graphs: list[onnx.GraphProto],
+    nodes: list[onnx.NodeProto],
+    external: list[onnx.TensorProto],
+) -> None:
+    """Collect ``graph`` and its subgraphs (as ``iter_graphs`` orders them), their nodes
+    and the tensors with external data in the nodes' attributes, in one pass (only
+    tensor attributes are read: touching every attribute's ``t`` field costs more than
+    the checker)."""
+    graphs.append(graph)
+    for node in graph.node:
+        nodes.append(node)
+        for attr in node.attribute:
+            kind = attr.type
+            if kind == _TENSOR:
+                if attr.t.data_location == _EXTERNAL:
+                    external.append(attr.t)
+            elif kind == _GRAPH:
+                _walk(attr.g, graphs, nodes, external)
+            elif kind == _GRAPHS:
+                for sub in attr.graphs:
+                    _walk(sub, graphs, nodes, external)
+            elif kind == _TENSORS:
+                external.extend(t for t in attr.tensors if t.data_location == _EXTERNAL)
 
 
 def _signature_problem(graph: onnx.GraphProto) -> str | None:
@@ -96,14 +121,16 @@ def _checkable(proto: onnx.ModelProto, data: bytes | None = None) -> onnx.ModelP
     (:func:`_walks_needed`)."""
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
-    subgraphs, attribute_tensors = _walks_needed(data)
-    graphs = list(iter_graphs(copy.graph)) if subgraphs else [copy.graph]
-    external = _set_external_aside(copy, graphs)
-    if attribute_tensors and (data is None or data.count(_EXTERNAL_BYTES) > external):
-        for graph in graphs:
-            for node in graph.node:
-                _zero_external(node)
-    _set_ort_ops_aside(copy, [n for g in graphs for n in g.node])
+    graphs: list[onnx.GraphProto] = []
+    nodes: list[onnx.NodeProto] = []
+    external: list[onnx.TensorProto] = []
+    if _walk_needed(copy.graph, data):
+        _walk(copy.graph, graphs, nodes, external)
+    else:  # no attribute holds a graph or a tensor with external data
+        graphs.append(copy.graph)
+        nodes.extend(copy.graph.node)
+    _set_external_aside(copy, graphs, external)
+    _set_ort_ops_aside(copy, nodes)
     return copy
 
 
@@ -112,31 +139,33 @@ def _checkable(proto: onnx.ModelProto, data: bytes | None = None) -> onnx.ModelP
 # the bytes hold: their absence proves it, their presence proves nothing.
 _EXTERNAL_BYTES = bytes([14 << 3, onnx.TensorProto.EXTERNAL])  # TensorProto.data_location
 _GRAPH_TYPE_BYTES = tuple(  # AttributeProto.type (field 20: a two-byte tag)
-    bytes([(20 << 3) & 0x7F | 0x80, (20 << 3) >> 7, kind])
-    for kind in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+    bytes([(20 << 3) & 0x7F | 0x80, (20 << 3) >> 7, kind]) for kind in (_GRAPH, _GRAPHS)
 )
 
 
-def _walks_needed(data: bytes | None) -> tuple[bool, bool]:
-    """Whether an attribute of the serialized model ``data`` may hold a graph, and
-    whether one may hold a tensor with external data (both when ``data`` is None); the
-    latter is then settled by counting external tensors against the initializers'."""
-    if data is None:
-        return True, True
-    return any(b in data for b in _GRAPH_TYPE_BYTES), _EXTERNAL_BYTES in data
+def _walk_needed(graph: onnx.GraphProto, data: bytes | None) -> bool:
+    """Whether :func:`_walk` over ``graph`` may find a subgraph or an external tensor in an
+    attribute, as the serialized model ``data`` tells (always, without ``data``): only
+    when an attribute's type is a graph's, or when ``data`` holds more tensors with
+    external data than ``graph`` has initializers with it."""
+    if data is None or any(b in data for b in _GRAPH_TYPE_BYTES):
+        return True
+    count = data.count(_EXTERNAL_BYTES)
+    return count > 0 and count > sum(t.data_location == _EXTERNAL for t in graph.initializer)
 
 
-def _set_external_aside(proto: onnx.ModelProto, graphs: list[onnx.GraphProto]) -> int:
-    """Replace the external initializers of ``graphs`` by graph inputs; their count."""
+def _set_external_aside(
+    proto: onnx.ModelProto, graphs: list[onnx.GraphProto], in_attributes: list[onnx.TensorProto]
+) -> None:
+    """Initializers with external data become graph inputs; ``in_attributes`` (external
+    tensors in nodes' attributes) zeros."""
     main = proto.graph
     inputs = {i.name for i in main.input}
-    count = 0
     for graph in graphs:
         kept: list[onnx.TensorProto] = []
         external: list[onnx.TensorProto] = []
         for tensor in graph.initializer:
             (external if tensor.data_location == _EXTERNAL else kept).append(tensor)
-        count += len(external)
         if external:
             del graph.initializer[:]
             graph.initializer.extend(kept)
@@ -148,12 +177,7 @@ def _set_external_aside(proto: onnx.ModelProto, graphs: list[onnx.GraphProto]) -
                 shape = value.type.tensor_type.shape
                 for dim in tensor.dims:
                     shape.dim.add(dim_value=dim)
-    return count
-
-
-def _zero_external(node: onnx.NodeProto) -> None:
-    """Replace the external tensors of ``node``'s attributes by zeros of their type."""
-    for tensor in _external_tensors(node):
+    for tensor in in_attributes:
         size = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
         tensor.data_location = onnx.TensorProto.DEFAULT
         del tensor.external_data[:]

@@ -217,6 +217,10 @@ class ProtoSave:
         A copy that failed is what is raised, as when the graph came after it."""
         if self._name is not None:
             point_external_data(proto, self._name)
+        self._commit_pointed(proto)
+
+    def _commit_pointed(self, proto: onnx.ModelProto) -> None:
+        """:meth:`commit` of a ``proto`` already pointing at the staged data file."""
         try:
             self._stage.write_graph(proto)
         except Exception:
@@ -246,7 +250,7 @@ class ProtoSave:
             data = self._stage.path / self._name
             os.truncate(data, found[1])
             self._stage.sync(self._name)
-        self.commit(serialize_pointing_at(model, None))
+        self._commit_pointed(serialize_pointing_at(model, self._name))
         return True
 
     def __enter__(self) -> ProtoSave:

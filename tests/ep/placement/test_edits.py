@@ -9,6 +9,8 @@
 - :class:`LoadShapes`' inference memo is keyed on input data: two ``Reshape`` nodes on
   the same input and different constant shapes infer different shapes; equal ones infer
   once.
+- :attr:`ScopeEdits.cse_keys` loses the key of each node an edit rewires (its inputs or
+  outputs), and only those.
 """
 
 from __future__ import annotations
@@ -179,6 +181,25 @@ def test_the_order_memo_is_reused_until_the_wiring_or_the_node_list_changes() ->
     order = _recomputed(state, order)
     assert d in order
     assert [r.rule for r in removed] == ["identity_elimination", "constant_folding"]
+
+
+def test_an_edit_drops_the_kept_cse_keys_of_the_nodes_it_rewires() -> None:
+    scope, (a, b, c, d) = _chain_scope()
+    state = ScopeEdits(scope, [])
+    a_out, b_out, c_out = a.outputs[0], b.outputs[0], c.outputs[0]
+    assert a_out is not None and b_out is not None and c_out is not None
+
+    def kept_after(edit: Callable[[], None]) -> set[str]:
+        state.cse_keys.clear()
+        state.cse_keys.update({n: n.name for n in (a, b, c, d)})
+        edit()
+        return {n.name for n in state.cse_keys}
+
+    assert kept_after(lambda: state.rewire_input(d, 0, c_out)) == {"a", "b", "c"}
+    assert kept_after(lambda: state.replace(a_out, c_out)) == {"a", "c", "d"}  # b read a
+    new_out = scope.new_value("c_new", "node", "tensor(float)")
+    assert kept_after(lambda: state.rewire_output(c, 0, new_out)) == {"a", "b", "d"}
+    assert kept_after(lambda: state.remove(b, "identity_elimination")) == {"a", "b", "c", "d"}
 
 
 def _reshape_scope(targets: list[list[int]]) -> FlatScope:

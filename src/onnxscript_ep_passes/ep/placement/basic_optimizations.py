@@ -15,9 +15,11 @@ a round changes nothing (ORT's transformer manager repeats its level up to 10 ti
    int64) with the same type, shape and bytes become one value.
 3. Common-subexpression elimination: a node with the same op, domain and attributes
    (numbers, strings and their lists only: nodes with tensor or graph attributes are never
-   merged) as an earlier one in ORT's topological order, on the same inputs, is replaced
-   by it. Random ops and
-   ``DequantizeLinear`` are never merged; a node whose output is a graph output is kept.
+   merged; an attribute's type counts, as in ORT: an int 1 is not a float 1.0) as an
+   earlier one in ORT's topological order, on the same inputs, is replaced by it. Random
+   ops and ``DequantizeLinear`` are never merged; a node whose output is a graph output is
+   kept. A node's key is computed once per prediction and kept across rounds, computed
+   again only for the nodes an edit rewired (:class:`~.edits.ScopeEdits`).
 4. Constant folding (in ORT's topological order where :mod:`.load_shapes` runs, each
    node inferred again once one has folded): a deterministic ai.onnx node without subgraphs, all of whose inputs
    are constant initializers, and that ORT's CPU EP has a kernel for (by version), is
@@ -130,6 +132,7 @@ _MERGEABLE_ATTRIBUTES = frozenset(
     }
 )
 _INT64_MAX = np.iinfo(np.int64).max
+_MISSING: Hashable = object()  # no key kept for the node
 
 
 def apply_basic_optimizations(scope: FlatScope) -> list[RemovedNode]:
@@ -161,10 +164,15 @@ def apply_basic_optimizations(scope: FlatScope) -> list[RemovedNode]:
 # -- 1. redundant nodes -------------------------------------------------------------------
 
 
+_REDUNDANT_OPS = frozenset({"Identity", "Cast", "Dropout", "Expand", "Slice"})
+"""The ops :func:`_redundant_rule` may remove (the others are skipped before any check)."""
+
+
 def _eliminate_redundant(state: ScopeEdits) -> bool:
     changed = False
+    ops = _REDUNDANT_OPS
     for node in state.scope.nodes:
-        if not state.optimizable(node) or node.domain != "":
+        if node.op_type not in ops or not state.optimizable(node) or node.domain != "":
             continue
         rule = _redundant_rule(node)
         if rule is None:
@@ -299,10 +307,14 @@ def _eliminate_common_subexpressions(state: ScopeEdits) -> bool:
     seen: dict[Hashable, FlatNode] = {}
     changed = False
     attributes = state.cse_attributes
+    keys = state.cse_keys  # kept across rounds, dropped for the nodes an edit rewires
+    missing = _MISSING
     for node in state.order():  # the first of equal nodes is kept
         if not state.optimizable(node):
             continue
-        key = _cse_key(node, attributes)
+        key = keys.get(node, missing)
+        if key is missing:
+            key = keys[node] = _cse_key(node, attributes)
         if key is None:
             continue
         first = seen.setdefault(key, node)
@@ -325,7 +337,9 @@ def _eliminate_common_subexpressions(state: ScopeEdits) -> bool:
 
 def _cse_key(node: FlatNode, memo: dict[ir.Node, Hashable | None]) -> Hashable | None:
     """What two nodes must share to be merged; ``memo``: the attribute part per IR node,
-    read once per prediction (the model is not edited meanwhile)."""
+    read once per prediction (the model is not edited meanwhile). An input is keyed by
+    its value's identity (``id``; a missing one by ``id(None)``, which no value has),
+    trailing missing inputs dropped."""
     if node.op_type in _NON_DETERMINISTIC or (
         node.domain == "" and node.op_type == "DequantizeLinear"
     ):
@@ -333,32 +347,46 @@ def _cse_key(node: FlatNode, memo: dict[ir.Node, Hashable | None]) -> Hashable |
     ir_node = node.node
     if ir_node is None or node.inlined_by_ort:
         return None
-    if ir_node not in memo:
-        memo[ir_node] = _attributes_key(ir_node)
-    attributes = memo[ir_node]
+    attributes = memo.get(ir_node, _MISSING)
+    if attributes is _MISSING:
+        attributes = memo[ir_node] = _attributes_key(ir_node)
     if attributes is None:
         return None  # a subgraph, a tensor: ORT keeps such nodes distinct
-    inputs = list(node.inputs)
-    while inputs and inputs[-1] is None:
-        inputs.pop()
+    inputs = node.inputs
+    count = len(inputs)
+    while count and inputs[count - 1] is None:
+        count -= 1
     return (
         node.op_type,
         node.domain,
         node.since_version,
         attributes,
-        tuple(id(v) if v is not None else None for v in inputs),
-        tuple(o is not None for o in node.outputs),
+        tuple(map(id, inputs[:count] if count < len(inputs) else inputs)),
+        tuple([o is not None for o in node.outputs]),
     )
 
 
 def _attributes_key(ir_node: ir.Node) -> Hashable | None:
-    attributes: list[tuple[str, Hashable]] = []
-    for name, attr in ir_node.attributes.items():
-        if not isinstance(attr, ir.Attr) or attr.is_ref() or attr.type not in _MERGEABLE_ATTRIBUTES:
+    """Each attribute's name, type and value: ORT compares the type too (int 1 and float
+    1.0 differ, though equal in Python)."""
+    # The attributes' own dict (the mapping's items() looks each one up again); names
+    # are unique, so sorting the entries sorts them by name.
+    data = ir_node.attributes.data
+    if not data:
+        return ()
+    attributes: list[tuple[str, ir.AttributeType, Hashable]] = []
+    mergeable = _MERGEABLE_ATTRIBUTES
+    for name, attr in data.items():
+        if not isinstance(attr, ir.Attr) or attr.is_ref():
+            return None
+        kind = attr.type
+        if kind not in mergeable:
             return None
         value = attr.value
-        attributes.append((name, tuple(value) if isinstance(value, list) else value))
-    return tuple(sorted(attributes, key=lambda a: a[0]))
+        attributes.append((name, kind, tuple(value) if isinstance(value, list) else value))
+    if len(attributes) > 1:
+        attributes.sort()
+    return tuple(attributes)
 
 
 # -- 4. constant folding --------------------------------------------------------------------

@@ -50,7 +50,9 @@ class ScopeEdits:
     wiring is unedited: every method here that edits the wiring (:meth:`remove`,
     :meth:`replace`, :meth:`fold`, :meth:`rewire_input`, :meth:`rewire_output`) bumps
     :attr:`edits`, which makes the memo stale. Code that edits the wiring (a node's
-    inputs or outputs, a value's producer or consumers) must do it through these methods."""
+    inputs or outputs, a value's producer or consumers) must do it through these methods.
+    The same methods drop :attr:`cse_keys`' key of each node whose inputs or outputs they
+    change."""
 
     def __init__(self, scope: FlatScope, removed: list[RemovedNode]) -> None:
         self.scope = scope
@@ -59,6 +61,10 @@ class ScopeEdits:
         # Common-subexpression elimination's attribute key per IR node, read once per
         # prediction and kept across rounds (the model is not edited while predicted).
         self.cse_attributes: dict[ir.Node, Hashable | None] = {}
+        # Its whole key per flat node, kept across rounds: every edit here that changes a
+        # node's inputs or outputs (replace, rewire_input, rewire_output) drops the key of
+        # the node it changes, so a kept key is what the node would be keyed on now.
+        self.cse_keys: dict[FlatNode, Hashable | None] = {}
         self.edits = 0  # bumped by every edit of the wiring (class docstring)
         self._order: list[FlatNode] = []
         self._order_of: tuple[int, list[FlatNode] | None, int] = (0, None, 0)
@@ -103,7 +109,9 @@ class ScopeEdits:
     def replace(self, old: FlatValue, new: FlatValue) -> None:
         """Every consumer of ``old`` reads ``new`` instead."""
         self.edits += 1
+        keys = self.cse_keys
         for consumer, slot in old.consumers:
+            keys.pop(consumer, None)
             consumer.inputs[slot] = new
             new.consumers.append((consumer, slot))
         old.consumers.clear()
@@ -111,6 +119,7 @@ class ScopeEdits:
     def rewire_input(self, node: FlatNode, slot: int, value: FlatValue) -> None:
         """``node`` reads ``value`` at input ``slot`` instead of what it read there."""
         self.edits += 1
+        self.cse_keys.pop(node, None)
         previous = node.inputs[slot]
         if previous is not None:
             previous.consumers.remove((node, slot))
@@ -120,6 +129,7 @@ class ScopeEdits:
     def rewire_output(self, node: FlatNode, slot: int, value: FlatValue) -> None:
         """``value`` becomes ``node``'s output ``slot`` (its producer is ``node``)."""
         self.edits += 1
+        self.cse_keys.pop(node, None)
         node.outputs[slot] = value
         value.producer, value.producer_slot = node, slot
 

@@ -1,0 +1,283 @@
+"""An onnx-ir model to its ModelProto, writing each repeated node and type once.
+
+A lowered model repeats itself: expanding 1,000 identical Attention nodes writes 1,000
+copies of one function body, whose nodes differ only in their names and whose outputs'
+types are equal. onnx-ir's serializer builds every NodeProto and TypeProto field by
+field; :func:`serialize_model` builds the same proto, byte for byte, building each
+distinct one once and copying it (in C) for the others. Rules:
+
+* Everything but the main graph's nodes and the value_info of their outputs is written
+  by onnx-ir's own serializer (a view of the model whose main graph yields no node), so
+  the model, graph inputs, initializers, outputs and functions are onnx-ir's.
+* A main-graph node's proto is its op, domain, overload, doc string and attributes
+  (memoized) plus its name, input and output names (set per node). The memo key holds
+  the attribute values by identity: the model is neither changed nor freed while it is
+  serialized, so an identity names one value throughout. A node with metadata, device
+  configurations or a subgraph attribute is written by onnx-ir.
+* A node output gets a ValueInfoProto when onnx-ir gives it one (a type, shape, doc
+  string or metadata, and a name; never for a graph output). With a plain tensor type
+  and no doc string or metadata, its TypeProto is memoized by the type's fields and the
+  shape's dims and denotations; anything else is written by onnx-ir.
+* Where the entries would land in another order than onnx-ir writes them (a node
+  output with a quantization annotation, functions in a model below IR version 10,
+  whose value_info onnx-ir appends to the main graph's), the whole model is written by
+  onnx-ir instead.
+* Given a ``location``, the external initializers of every graph point at it afterwards,
+  as :func:`~onnxscript_ep_passes.core.onnx_utils.point_external_data` points them; the
+  nodes written here hold no subgraph, so only the main graph and the subgraphs of the
+  nodes onnx-ir wrote are read for it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["serialize_model"]
+
+from typing import Any, cast
+
+import onnx
+import onnx_ir as ir
+
+from onnxscript_ep_passes.core.onnx_utils import iter_graphs, point_external_data
+
+# What onnx-ir's serializer reads (onnx_ir.serde): a value's quantization annotation is
+# this metadata field; functions keep their value_info from this IR version on.
+_QUANT_FIELD = "quant_parameter_tensor_names"
+_FUNCTION_VALUE_INFO_IR_VERSION = 10
+
+_SUBGRAPH = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+
+
+class _FallbackError(Exception):
+    """The model must be written by onnx-ir alone (module rules)."""
+
+
+class _GraphWithoutNodes:
+    """The main graph as onnx-ir's serializer reads it, its nodes left out."""
+
+    def __init__(self, graph: ir.Graph) -> None:
+        self._graph = graph
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._graph, name)
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+class _ModelWithoutNodes:
+    """The model with :class:`_GraphWithoutNodes` as its graph."""
+
+    def __init__(self, model: ir.Model) -> None:
+        self._model = model
+        self.graph = _GraphWithoutNodes(model.graph)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+
+def serialize_model(model: ir.Model, location: str | None = None) -> onnx.ModelProto:
+    """``ir.serde.serialize_model(model)``, byte for byte (module rules); with
+    ``location``, every graph's external initializers then point at that file, as
+    :func:`~onnxscript_ep_passes.core.onnx_utils.point_external_data` points them (only the
+    main graph and the subgraphs of the nodes that hold one are read for it, not every
+    node)."""
+    if not (model.functions and model.ir_version < _FUNCTION_VALUE_INFO_IR_VERSION):
+        proto = onnx.ModelProto()
+        ir.serde.serialize_model_into(proto, from_=cast(Any, _ModelWithoutNodes(model)))
+        writer = _Writer(model.ir_version)
+        try:
+            writer.write_nodes(proto.graph, model.graph)
+        except _FallbackError:
+            pass
+        else:
+            if location is not None:
+                _point_at(proto, location, writer.holders)
+            return proto
+    proto = ir.serde.serialize_model(model)
+    if location is not None:
+        point_external_data(proto, location)
+    return proto
+
+
+def _point_at(proto: onnx.ModelProto, location: str, holders: list[int]) -> None:
+    """Point the external initializers of the main graph and of the subgraphs of its
+    nodes ``holders`` (the indices of those with a subgraph attribute) at ``location``."""
+    graphs = [proto.graph]
+    nodes = proto.graph.node
+    for index in holders:
+        for attr in nodes[index].attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                graphs.extend(iter_graphs(attr.g))
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    graphs.extend(iter_graphs(sub))
+    for graph in graphs:
+        for tensor in graph.initializer:
+            for entry in tensor.external_data:
+                if entry.key == "location":
+                    entry.value = location
+
+
+def _varint(number: int) -> bytes:
+    """``number`` (>= 0) as a protobuf varint."""
+    out = bytearray()
+    while number > 0x7F:
+        out.append((number & 0x7F) | 0x80)
+        number >>= 7
+    out.append(number)
+    return bytes(out)
+
+
+_VARINTS = [_varint(n) for n in range(1 << 14)]
+
+
+def _length(number: int) -> bytes:
+    return _VARINTS[number] if number < 16384 else _varint(number)
+
+
+# Wire tags (field number << 3 | 2, length-delimited) of the fields written here.
+_GRAPH_NODE = b"\x0a"  # GraphProto.node = 1
+_GRAPH_VALUE_INFO = b"\x6a"  # GraphProto.value_info = 13
+_NODE_INPUT = b"\x0a"  # NodeProto.input = 1
+_NODE_OUTPUT = b"\x12"  # NodeProto.output = 2
+_NODE_NAME = b"\x1a"  # NodeProto.name = 3
+_VALUE_NAME = b"\x0a"  # ValueInfoProto.name = 1
+_VALUE_TYPE = b"\x12"  # ValueInfoProto.type = 2
+
+
+class _Writer:
+    """The main graph's nodes and their outputs' value_info, as protobuf's wire bytes of
+    GraphProto entries: names encoded per node, the rest memoized (module rules)."""
+
+    def __init__(self, ir_version: int) -> None:
+        self._ir_version = ir_version
+        self._nodes: dict[tuple[object, ...], bytes] = {}
+        self._types_by_shape: dict[tuple[object, ...], bytes] = {}
+        self._types: dict[tuple[object, ...], bytes] = {}
+        self.holders: list[int] = []  # the nodes written with a subgraph attribute
+
+    def write_nodes(self, graph_proto: onnx.GraphProto, graph: ir.Graph) -> None:
+        chunk: list[bytes] = []
+        add = chunk.append
+        for index, node in enumerate(graph):
+            data = self._node_bytes(node, index)
+            add(_GRAPH_NODE)
+            add(_length(len(data)))
+            add(data)
+            for out in node.outputs:
+                if out.is_graph_output():
+                    continue
+                if out.meta.get(_QUANT_FIELD):
+                    raise _FallbackError
+                if not out.name or (
+                    out.type is None
+                    and out.shape is None
+                    and not out.metadata_props
+                    and not out.doc_string
+                ):
+                    continue  # onnx-ir writes no value_info for it
+                data = self._value_bytes(out)
+                add(_GRAPH_VALUE_INFO)
+                add(_length(len(data)))
+                add(data)
+        graph_proto.MergeFromString(b"".join(chunk))
+
+    def _node_bytes(self, node: ir.Node, index: int) -> bytes:
+        cached = self._node_part(node)
+        if cached is None:
+            if any(a.type in _SUBGRAPH for a in node.attributes.data.values()):
+                self.holders.append(index)
+            proto = onnx.NodeProto()
+            ir.serde.serialize_node_into(proto, from_=node, model_ir_version=self._ir_version)
+            return proto.SerializeToString()
+        parts: list[bytes] = []
+        add = parts.append
+        for value in node.inputs:
+            if value is None:
+                add(b"\x0a\x00")
+                continue
+            name = value.name
+            if name is None:
+                raise _FallbackError  # onnx-ir's own error
+            data = name.encode()
+            add(_NODE_INPUT)
+            add(_length(len(data)))
+            add(data)
+        outputs = node.outputs
+        end = len(outputs)
+        while end and not outputs[end - 1].name:  # trailing unnamed outputs are left out
+            end -= 1
+        for out in outputs[:end]:
+            name = out.name
+            if name is None:
+                raise _FallbackError
+            data = name.encode()
+            add(_NODE_OUTPUT)
+            add(_length(len(data)))
+            add(data)
+        if node.name:
+            data = node.name.encode()
+            add(_NODE_NAME)
+            add(_length(len(data)))
+            add(data)
+        add(cached)
+        return b"".join(parts)
+
+    def _node_part(self, node: ir.Node) -> bytes | None:
+        """The node's bytes but its names (memoized); None: onnx-ir writes it."""
+        if node.metadata_props or getattr(node, "device_configurations", None):
+            return None
+        attributes: list[object] = []
+        for attr in node.attributes.data.values():  # a dict: read as walk() reads it
+            if attr.type in _SUBGRAPH:
+                return None
+            attributes.append(
+                (attr.name, attr.type, attr.doc_string, attr.ref_attr_name, id(attr.value))
+            )
+        key = (node.op_type, node.domain, node.overload, node.doc_string, *attributes)
+        cached = self._nodes.get(key)
+        if cached is None:
+            proto = onnx.NodeProto()
+            ir.serde.serialize_node_into(proto, from_=node, model_ir_version=self._ir_version)
+            proto.ClearField("name")
+            proto.ClearField("input")
+            proto.ClearField("output")
+            cached = self._nodes[key] = proto.SerializeToString()
+        return cached
+
+    def _value_bytes(self, value: ir.Value) -> bytes:
+        type_ = value.type
+        name = value.name
+        if (
+            value.metadata_props
+            or value.doc_string
+            or type_ is None
+            or type(type_) is not ir.TensorType
+            or name is None
+        ):
+            proto = onnx.ValueInfoProto()
+            ir.serde.serialize_value_into(proto, value)
+            return proto.SerializeToString()
+        shape = value.shape
+        by_shape = (type_.dtype, type_.denotation, id(shape))
+        cached = self._types_by_shape.get(by_shape)
+        if cached is None:
+            key: tuple[object, ...] = (type_.dtype, type_.denotation)
+            if shape is not None:
+                dims = tuple(d if isinstance(d, int) else ("sym", d.value) for d in shape.dims)
+                denotations = tuple(shape.get_denotation(i) for i in range(len(dims)))
+                key = (*key, dims, denotations)
+            cached = self._types.get(key)
+            if cached is None:
+                proto = onnx.TypeProto()
+                ir.serde.serialize_type_into(proto, type_)
+                if shape is not None:
+                    ir.serde.serialize_shape_into(proto, shape)
+                data = proto.SerializeToString()
+                cached = self._types[key] = _VALUE_TYPE + _length(len(data)) + data
+            self._types_by_shape[by_shape] = cached
+        data = name.encode()
+        return _VALUE_NAME + _length(len(data)) + data + cached
