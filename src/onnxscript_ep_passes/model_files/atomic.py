@@ -6,10 +6,7 @@ Rules (see ``model_files.io``'s docstring for the whole contract):
 * The commit, under an exclusive flock on the directory, moves the data file first (under
   a name the old OUT does not use), then the graph, then removes data files named after
   OUT that the new graph does not use. A clean failure leaves nothing behind.
-* Copies never read past the end they are given. The writeback of each chunk copied is
-  begun as soon as it is written (``posix_fadvise(DONTNEED)`` on the staged file: the
-  kernel starts writing dirty pages out without waiting), so the copy's closing fsync,
-  which durability still rests on, waits for less.
+* Copies never read past the end they are given.
 * The staging directory is private (mode 0700) and each file leaves it with at most the
   permissions of the files it was made from (:func:`permission_mask`): a 0600 input gives
   a 0600 OUT and data file, whatever the umask allows.
@@ -323,18 +320,8 @@ def _bounded_copy(
                 raise OSError("the data file ended before its declared range")
             os.pwrite(dst_fd, chunk, offset)
             done = len(chunk)
-        _begin_writeback(dst_fd, offset, done)
         offset += done
     return True
-
-
-def _begin_writeback(fd: int, offset: int, count: int) -> None:
-    """Start writing bytes [offset, offset + count) of ``fd`` back to disk, not waiting
-    (module rules); nothing where the system has no ``posix_fadvise``."""
-    advise = getattr(os, "posix_fadvise", None)
-    if advise is not None:
-        with contextlib.suppress(OSError):
-            advise(fd, offset, count, os.POSIX_FADV_DONTNEED)
 
 
 def _relocate(graph_path: Path, old: str, new: str) -> None:
