@@ -522,3 +522,29 @@ def test_the_umask_still_applies_and_the_staging_directory_is_private(tmp_path: 
     finally:
         os.umask(old)
     assert _mode(out) == _mode(tmp_path / "o.onnx.data") == 0o600
+
+
+@pytest.mark.parametrize("also_bad_data", [False, True])
+def test_fast_path_structural_refusal_while_copying_leaves_nothing(
+    tmp_path: Path, also_bad_data: bool
+) -> None:
+    """The weights copy begins before the structural checks: a model they refuse is
+    refused for that, one line, and neither OUT nor anything staged is left; when its
+    external data is refused too, the structural refusal is the one shown."""
+    (tmp_path / "in").mkdir()
+    model = _fast_path_model("a", 1)
+    model.graph.node[1].input[0] = "nowhere"  # read, defined by nothing
+    src = _save_external(model, tmp_path / "in" / "m.onnx")
+    if also_bad_data:
+        proto = onnx.load(src, load_external_data=False)
+        for entry in proto.graph.initializer[0].external_data:
+            if entry.key == "length":
+                entry.value = "5"
+        src.write_bytes(proto.SerializeToString())
+    out = tmp_path / "out" / "m23.onnx"
+    out.parent.mkdir()
+    result = run_cli("lower", str(src), "-o", str(out), "--target-opset", "23")
+    assert result.returncode == EXIT_BAD_INPUT, result.stderr
+    assert "reads 'nowhere', which nothing defines" in result.stderr, result.stderr
+    assert "length" not in result.stderr and "Traceback" not in result.stderr
+    assert list(out.parent.iterdir()) == []

@@ -63,3 +63,43 @@ def test_a_model_input_or_output_without_shape_is_named(tmp_path: Path, kind: st
     node = oh.make_node("Relu", [inputs[0].name], [outputs[0].name])
     with pytest.raises(ValueError, match=f"{kind} '{kind[0]}' of graph 'test_graph' has no shape"):
         check_output(make_model([node], inputs, outputs, 24), tmp_path / "o.onnx")
+
+
+def _flat_external(tmp_path: Path, constant_external: bool) -> onnx.ModelProto:
+    """y = x @ w + c: w in a data file, c a Constant (its tensor external too when
+    ``constant_external``), no subgraph."""
+    w = numpy_helper.from_array(np.eye(4, dtype=np.float32), "w")
+    value = numpy_helper.from_array(np.ones((2, 4), np.float32), "c")
+    nodes = [
+        oh.make_node("Constant", [], ["c"], value=value),
+        oh.make_node("MatMul", ["x", "w"], ["h"]),
+        oh.make_node("Add", ["h", "c"], ["y"]),
+    ]
+    model = make_model(nodes, [X], [Y], 24, initializers=[w])
+    onnx.save(
+        model,
+        tmp_path / "f.onnx",
+        save_as_external_data=True,
+        size_threshold=0,
+        convert_attribute=constant_external,
+    )
+    return onnx.load(tmp_path / "f.onnx", load_external_data=False)
+
+
+@pytest.mark.parametrize("kind", ["subgraphs", "flat", "flat_constant_external"])
+def test_checked_copy_from_the_bytes_is_the_one_made_by_walking(tmp_path: Path, kind: str) -> None:
+    """The serialized model only spares walks: the copy checked is the same."""
+    from onnxscript_ep_passes.model_files.output_check import _checkable
+
+    if kind == "subgraphs":
+        proto = _external(tmp_path)
+    else:
+        proto = _flat_external(tmp_path, constant_external=kind == "flat_constant_external")
+    walked = _checkable(proto)
+    from_bytes = _checkable(proto, proto.SerializeToString())
+    assert from_bytes.SerializeToString() == walked.SerializeToString()
+    if kind != "subgraphs":
+        constant = proto.graph.node[0].attribute[0].t
+        external = kind == "flat_constant_external"
+        assert (constant.data_location == TensorProto.EXTERNAL) == external
+        assert from_bytes.graph.node[0].attribute[0].t.data_location == TensorProto.DEFAULT

@@ -20,6 +20,7 @@ __all__ = ["lower_for_ep", "lower_proto", "lower_to_opset", "model_opset", "run"
 
 import argparse
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -56,10 +57,11 @@ def run(args: argparse.Namespace) -> list[str]:
     from onnxscript_ep_passes.model_files.io import (
         check_output_path,
         data_files,
-        load_graph_proto,
         model_from_proto,
+        parse_graph_proto,
         save_model,
     )
+    from onnxscript_ep_passes.model_files.model_checks import check_model_proto
     from onnxscript_ep_passes.model_files.paths import check_not_weights
     from onnxscript_ep_passes.model_files.proto_save import early_save, proto_source_file
 
@@ -76,16 +78,29 @@ def run(args: argparse.Namespace) -> list[str]:
     table = read_table(args)
     name = Path(args.model).name
     external = {"auto": None, "always": True, "never": False}[args.external_data]
-    proto = load_graph_proto(args.model)
+    # The structural checks run once the weights copy has begun (lower_proto, early_save).
+    proto, extents = parse_graph_proto(args.model)
     data = proto_source_file(proto, args.model, external_data=external, weights=args.weights)
-    if args.ep is None and (
-        fast := lower_proto(proto, data, args.output, args.target_opset, args.model)
-    ):
-        command_logger.info(ORT_TRACKING_NOTE)
-        return [f"{name}: {fast}", f"wrote {args.output}"]
+    checked = False
+    if args.ep is None:
+        fast = lower_proto(
+            proto, data, args.output, args.target_opset, args.model, extents=extents, unchecked=True
+        )
+        if fast:
+            command_logger.info(ORT_TRACKING_NOTE)
+            return [f"{name}: {fast}", f"wrote {args.output}"]
+        checked = True  # lower_proto checked it, whatever it answered
     # The weights copy starts now and overlaps the work (lower --ep: the whole search).
     report = None
-    with early_save(proto, args.model, args.output, data) as saving:
+    try:
+        early = early_save(proto, args.model, args.output, data, extents=extents)
+    except Exception:
+        if not checked:
+            check_model_proto(proto, args.model)  # a refusal of the model comes first
+        raise
+    with early as saving:
+        if not checked:
+            check_model_proto(proto, args.model)
         model = model_from_proto(proto, args.model)
         del proto
         if problem := check_output_path(model, args.output, args.weights):
@@ -121,18 +136,39 @@ def lower_proto(
     out: str,
     target: int,
     model_path: str | None = None,
+    *,
+    extents: Mapping[Path, int] | None = None,
+    unchecked: bool = False,
 ) -> str:
     """Lower ``proto`` (read from ``model_path``) and save it to ``out`` without building
     the IR when only labels change (see lowering/proto_fast_path.py); "" when the full
-    pass must run (``proto`` is then as it was)."""
+    pass must run (``proto`` is then as it was). ``extents``: what
+    :func:`~onnxscript_ep_passes.model_files.external_data_checks.check_external_data` returned
+    for ``proto``. ``unchecked``: only those checks have run
+    (:func:`~onnxscript_ep_passes.model_files.io.parse_graph_proto`): the structural ones
+    (:func:`~onnxscript_ep_passes.model_files.model_checks.check_model_proto`) run here, once
+    the weights copy has begun, before anything else reads the graph; whatever this
+    returns, ``proto`` has passed them (a refusal is raised and leaves nothing staged)."""
     from onnxscript_ep_passes.lowering.lower_opset import default_opset
     from onnxscript_ep_passes.lowering.proto_fast_path import may_lower_proto, try_lower_proto
+    from onnxscript_ep_passes.model_files.model_checks import check_model_proto
     from onnxscript_ep_passes.model_files.proto_save import ProtoSave
 
-    source = default_opset({o.domain: o.version for o in proto.opset_import})
+    label = model_path if model_path is not None else "the model"
     if data is False or not may_lower_proto(proto, target):
+        if unchecked:
+            check_model_proto(proto, label)
         return ""
-    with ProtoSave(proto, out, data, model_path) as saving:  # the weights copy starts now
+    source = default_opset({o.domain: o.version for o in proto.opset_import})
+    try:
+        saving = ProtoSave(proto, out, data, model_path, extents=extents)  # the copy starts
+    except Exception:
+        if unchecked:
+            check_model_proto(proto, label)  # a refusal of the model comes first
+        raise
+    with saving:
+        if unchecked:
+            check_model_proto(proto, label)
         if not try_lower_proto(proto, target):
             return ""  # the copy stops and what it staged goes
         saving.commit(proto)

@@ -50,6 +50,7 @@ __all__ = ["may_lower_proto", "try_lower_proto"]
 import collections
 import functools
 import logging
+from collections.abc import Iterable
 
 import onnx
 import onnx_ir as ir
@@ -73,6 +74,7 @@ from onnxscript_ep_passes.lowering.types import (
 logger = logging.getLogger(__name__)
 
 _SUBGRAPH_ATTRIBUTES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+_UNSEEN = "\0unseen"  # no type string: a key not yet looked up
 
 
 class _Declared:
@@ -137,12 +139,20 @@ class _Declared:
 
     def type_string(self, name: str) -> str | None:
         """The type a type rule reads: the declared one, else the inferred one."""
-        if name not in self._strings:
+        found = self._strings.get(name, _UNSEEN)
+        if found is not _UNSEEN:
+            return found
+        if name in self._infos or name in self._tensors:  # a repeated name is one of them
             found = _string_of(self.proto(name))
             if found is None:
                 found = _string_of(self.inferred(name))
-            self._strings[name] = found
-        return self._strings[name]
+        else:  # declared nowhere: as inferred() answers, without its checks
+            if self._inferred_types is None:
+                self.inferred(name)
+            assert self._inferred_types is not None
+            found = _string_of(self._inferred_types.get(name))
+        self._strings[name] = found
+        return found
 
     def _sources(
         self, name: str, lend: bool
@@ -212,12 +222,17 @@ def _types_allowed(
     node: onnx.NodeProto, checks: tuple[schemas.TypeCheck, ...], declared: _Declared
 ) -> bool:
     """The derived type rule of a step (its ``checks``), on the node's types."""
+    type_string = declared.type_string
     for check in checks:
         names = node.input if check.kind == "input" else node.output
-        stop = len(names) if check.variadic else check.index + 1
-        for index in range(check.index, min(stop, len(names))):
-            name = names[index]
-            if name and declared.type_string(name) not in check.old_allowed:
+        if not check.variadic:  # the usual case: one formal parameter
+            if check.index < len(names):
+                name = names[check.index]
+                if name and type_string(name) not in check.old_allowed:
+                    return False
+            continue
+        for name in names[check.index :]:
+            if name and type_string(name) not in check.old_allowed:
                 return False
     return True
 
@@ -366,6 +381,15 @@ def _node_steps_down(
     return True if work is node or work == node else work
 
 
+def _has_subgraph(nodes: Iterable[onnx.NodeProto]) -> bool:
+    """Whether an attribute of one of ``nodes`` holds a graph (or graphs)."""
+    for node in nodes:
+        for attr in node.attribute:
+            if attr.type in _SUBGRAPH_ATTRIBUTES:
+                return True
+    return False
+
+
 def may_lower_proto(proto: onnx.ModelProto, target: int) -> bool:
     """Whether :func:`try_lower_proto` can answer True, from the model's header alone:
     an ai.onnx opset above ``target`` and no model-local function (rule 2)."""
@@ -385,10 +409,7 @@ def try_lower_proto(
     source = default_opset({o.domain: o.version for o in proto.opset_import})
     assert source is not None  # may_lower_proto
     graph = proto.graph
-    if any(
-        node.attribute and any(a.type in _SUBGRAPH_ATTRIBUTES for a in node.attribute)
-        for node in graph.node
-    ):
+    if _has_subgraph(graph.node):
         return False  # before any inference, which is told there is no subgraph
     declared = _Declared(proto)
     steps: dict[tuple[str, str], list[_Step] | None] = {}  # (domain, op) -> its steps

@@ -384,8 +384,10 @@ def weight_free_model_proto(model: onnx.ModelProto) -> onnx.ModelProto:
     proto = onnx.ModelProto(ir_version=model.ir_version)
     proto.opset_import.extend(model.opset_import)
     weight_free = proto.graph
+    weight_free.CopyFrom(graph)  # in C, cheaper than copying the nodes one by one
+    for field in _GRAPH_FIELDS_DROPPED:
+        weight_free.ClearField(field)
     weight_free.name = graph.name or "graph"
-    weight_free.input.extend(graph.input)
     inputs = {info.name for info in graph.input}
     for tensor in graph.initializer:
         if math.prod(tensor.dims) <= _SMALL_CONSTANT:
@@ -397,9 +399,16 @@ def weight_free_model_proto(model: onnx.ModelProto) -> onnx.ModelProto:
             shape = info.type.tensor_type.shape
             for dim in tensor.dims:
                 shape.dim.add().dim_value = dim
-    weight_free.node.extend(graph.node)
-    weight_free.output.extend(graph.output)
     return proto
+
+
+# What weight_free_model_proto keeps of a graph: its inputs, nodes and outputs (its name
+# is set, its small initializers added back).
+_GRAPH_FIELDS_DROPPED = tuple(
+    field.name
+    for field in onnx.GraphProto.DESCRIPTOR.fields
+    if field.name not in ("input", "node", "output")
+)
 
 
 def _data_propagation_is_bounded(model: onnx.ModelProto, *, subgraphs: bool = True) -> bool:

@@ -166,7 +166,7 @@ class Stage:
             data = proto.SerializeToString()
         except ValueError as error:  # protobuf's 2 GB limit
             raise ValueError(f"cannot serialize the model: {_one_line(error)}") from None
-        check_output(proto, self.out)
+        check_output(proto, self.out, data)
         with open(self.graph, "wb") as file:
             file.write(data)
             file.flush()

@@ -38,7 +38,9 @@ Saving (:func:`save_model`):
   (compared by resolved path and by inode).
 * :mod:`~onnxscript_ep_passes.model_files.proto_save` saves the same way while starting the weights
   copy as soon as the proto is loaded (:func:`copy_file_source` says whether the model
-  that is finally saved can use that copy).
+  that is finally saved can use that copy). ``lower`` begins it once the external-data
+  references have passed their checks (:func:`parse_graph_proto`), before the structural
+  checks, which then run while it copies; a refusal removes what was staged.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ __all__ = [
     "load_graph_proto",
     "load_model",
     "model_from_proto",
+    "parse_graph_proto",
     "reference_problem",
     "save_model",
     "serialize_pointing_at",
@@ -121,6 +124,18 @@ def model_from_proto(proto: onnx.ModelProto, path: str | os.PathLike[str]) -> ir
 
 def load_graph_proto(path: str | os.PathLike[str]) -> onnx.ModelProto:
     """``path``'s proto, checked as :func:`load_model` checks it; no weight is read."""
+    proto, _ = parse_graph_proto(path)
+    check_model_proto(proto, os.fspath(path))
+    return proto
+
+
+def parse_graph_proto(path: str | os.PathLike[str]) -> tuple[onnx.ModelProto, dict[Path, int]]:
+    """``path``'s proto and its external-data references checked
+    (:func:`check_external_data`, whose extents come with it), so that its weights copy
+    can begin; the caller runs :func:`check_model_proto` on it before anything else reads
+    it (:func:`load_graph_proto` does). No weight is read. When the external data is
+    refused, the structural checks run first: a model that breaks both is refused for
+    its structure, as when they ran in that order."""
     label = os.fspath(path)
     source = Path(os.path.abspath(path))
     data = read_regular_file(
@@ -139,9 +154,12 @@ def load_graph_proto(path: str | os.PathLike[str]) -> onnx.ModelProto:
         reason = "subgraphs nested too deeply" if "Depth" in str(error) else "not valid protobuf"
         raise InvalidModelError(f"{label}: not an ONNX model ({reason})") from None
     del data
-    check_model_proto(proto, label)
-    check_external_data(proto, source.parent, label)
-    return proto
+    try:
+        extents = check_external_data(proto, source.parent, label)
+    except Exception:
+        check_model_proto(proto, label)  # its refusal, when there is one, comes first
+        raise
+    return proto, extents
 
 
 def _graphs(model: ir.Model) -> Iterator[ir.Graph | ir.Function]:

@@ -112,20 +112,46 @@ def _signature_problem(graph: onnx.GraphProto) -> str | None:
     return None
 
 
-def _checkable(proto: onnx.ModelProto) -> onnx.ModelProto:
+def _checkable(proto: onnx.ModelProto, data: bytes | None = None) -> onnx.ModelProto:
     """A copy of ``proto`` with what the checker cannot judge set aside (module rules).
 
     Copying (in C) costs less than a second walk over the graphs in Python, so the copy
-    is made first and walked once."""
+    is made first and walked once. ``data``, ``proto`` serialized, spares walks over
+    every node's attributes where its bytes show they would find nothing
+    (:func:`_walks_needed`)."""
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
     graphs: list[onnx.GraphProto] = []
     nodes: list[onnx.NodeProto] = []
     external: list[onnx.TensorProto] = []
-    _walk(copy.graph, graphs, nodes, external)
+    if _walk_needed(copy.graph, data):
+        _walk(copy.graph, graphs, nodes, external)
+    else:  # no attribute holds a graph or a tensor with external data
+        graphs.append(copy.graph)
+        nodes.extend(copy.graph.node)
     _set_external_aside(copy, graphs, external)
     _set_ort_ops_aside(copy, nodes)
     return copy
+
+
+# Protobuf's encoding of fields set to these values, as every serializer writes them (the
+# field's tag, then its varint). A value never set leaves no such bytes, whatever else
+# the bytes hold: their absence proves it, their presence proves nothing.
+_EXTERNAL_BYTES = bytes([14 << 3, onnx.TensorProto.EXTERNAL])  # TensorProto.data_location
+_GRAPH_TYPE_BYTES = tuple(  # AttributeProto.type (field 20: a two-byte tag)
+    bytes([(20 << 3) & 0x7F | 0x80, (20 << 3) >> 7, kind]) for kind in (_GRAPH, _GRAPHS)
+)
+
+
+def _walk_needed(graph: onnx.GraphProto, data: bytes | None) -> bool:
+    """Whether :func:`_walk` over ``graph`` may find a subgraph or an external tensor in an
+    attribute, as the serialized model ``data`` tells (always, without ``data``): only
+    when an attribute's type is a graph's, or when ``data`` holds more tensors with
+    external data than ``graph`` has initializers with it."""
+    if data is None or any(b in data for b in _GRAPH_TYPE_BYTES):
+        return True
+    count = data.count(_EXTERNAL_BYTES)
+    return count > 0 and count > sum(t.data_location == _EXTERNAL for t in graph.initializer)
 
 
 def _set_external_aside(
@@ -185,13 +211,13 @@ def _set_ort_ops_aside(proto: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> N
             imports.append(onnx.helper.make_opsetid(ORT_DEFAULT_DOMAIN_STANDIN, 1))
 
 
-def check_output(proto: onnx.ModelProto, out: Path) -> None:
+def check_output(proto: onnx.ModelProto, out: Path, data: bytes | None = None) -> None:
     """Raise ValueError (one line) when ``proto``, to be written to ``out``, fails the
-    module's rules."""
+    module's rules; ``data``: ``proto`` serialized, when the caller has it."""
     problem = _signature_problem(proto.graph)
     if problem is None:
         try:
-            onnx.checker.check_model(_checkable(proto), full_check=True)
+            onnx.checker.check_model(_checkable(proto, data), full_check=True)
         except Exception as error:  # ValidationError, InferenceError (the C++ checker)
             problem = _one_line(error)
     if problem is not None:

@@ -32,6 +32,7 @@ import contextlib
 import math
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -141,7 +142,9 @@ class ProtoSave:
     meanwhile (never its initializers) and calls :meth:`commit`, which writes the graph,
     waits for the copy and moves both into place as :func:`save_proto` does; or it works on
     an onnx-ir model of the proto and calls :meth:`commit_model`. The files committed get at
-    most the permissions of ``source`` and ``model_path`` (the model file). Leaving the ``with``
+    most the permissions of ``source`` and ``model_path`` (the model file). ``extents``: what
+    :func:`~onnxscript_ep_passes.model_files.external_data_checks.check_external_data`
+    returned for ``proto`` when the caller ran it (else it runs here). Leaving the ``with``
     block without a commit (the caller declined, or an error or an interrupt) stops the
     copy at its next chunk and removes everything staged.
     """
@@ -152,6 +155,8 @@ class ProtoSave:
         out: str | os.PathLike[str],
         source: Path | None,
         model_path: str | os.PathLike[str] | None = None,
+        *,
+        extents: Mapping[Path, int] | None = None,
     ):
         target = Path(os.path.abspath(out))
         if target.is_dir():
@@ -181,7 +186,9 @@ class ProtoSave:
                 if real.name == self._stage.preferred:
                     return  # the data file already is this output's
             self._name = self._stage.data_name(read)
-            end = self._end = check_external_data(proto, real.parent, os.fspath(source))[real]
+            if extents is None:
+                extents = check_external_data(proto, real.parent, os.fspath(source))
+            end = self._end = extents[real]
             self._copier = threading.Thread(
                 target=self._copy, args=(real, end, self._name), name="weights copy", daemon=True
             )
@@ -262,6 +269,8 @@ def early_save(
     model_path: str | os.PathLike[str],
     out: str | os.PathLike[str],
     source: Path | Literal[False] | None,
+    *,
+    extents: Mapping[Path, int] | None = None,
 ) -> contextlib.AbstractContextManager[ProtoSave | None]:
     """A :class:`ProtoSave` of ``proto`` (read from ``model_path``) to ``out``, its weights
     copy begun now, for a caller that will build the onnx-ir model and save it with
@@ -272,4 +281,4 @@ def early_save(
     in_place = os.path.realpath(out) == os.path.realpath(model_path)
     if not isinstance(source, Path) or in_place:
         return contextlib.nullcontext()
-    return ProtoSave(proto, out, source, model_path)
+    return ProtoSave(proto, out, source, model_path, extents=extents)
