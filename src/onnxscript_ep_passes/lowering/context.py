@@ -3,7 +3,8 @@
 Nodes built with :meth:`DowngradeContext.op` are inserted just before the node being
 lowered, in the same graph, and are read at opset ``ctx.opset`` (the version just below
 the step); the pass lowers them further when the target is lower still. Their output
-types are inferred node by node, so later type rules can check them.
+types are inferred node by node, so later type rules can check them (what inference
+gives is kept per node signature, :mod:`.node_types`).
 """
 
 from __future__ import annotations
