@@ -3,7 +3,8 @@
 Nodes built with :meth:`DowngradeContext.op` are inserted just before the node being
 lowered, in the same graph, and are read at opset ``ctx.opset`` (the version just below
 the step); the pass lowers them further when the target is lower still. Their output
-types are inferred node by node, so later type rules can check them.
+types are inferred node by node, so later type rules can check them (what inference
+gives is kept per node signature, :mod:`.node_types`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import onnx_ir as ir
 from onnxscript_ep_passes.core.onnx_utils import walk
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.function_body import expand_function_body
-from onnxscript_ep_passes.lowering.types import TypeOracle, infer_node_output_types
+from onnxscript_ep_passes.lowering.node_types import infer_node_output_types
+from onnxscript_ep_passes.lowering.types import TypeOracle
 
 
 class NodeRefusedError(Exception):
@@ -240,7 +242,7 @@ class DowngradeContext:
         assert graph is not None, "the node being lowered is not in a graph"
         graph.insert_before(self.node, node)
         if infer and not node.domain:
-            infer_node_output_types(node, opset, self._oracle.type_of)
+            infer_node_output_types(node, opset, self._oracle.type_of, self._oracle.node_types)
         self.built.append((node, opset))
 
     def insert_typed(self, nodes: Sequence[ir.Node], opset: int) -> None:
@@ -255,9 +257,11 @@ class DowngradeContext:
         """A Constant node holding ``value`` (a numpy array or scalar).
 
         Its output gets the tensor's type and shape, as ONNX's inference of a Constant
-        with a ``value`` attribute gives them, without running it.
+        with a ``value`` attribute gives them, without running it. The tensor is the
+        ``ir.Tensor`` that ``ir.tensor`` makes of a numpy array, built directly (without
+        its protocol checks).
         """
-        tensor = ir.tensor(np.asarray(value, dtype=dtype))
+        tensor = ir.Tensor(np.asarray(value, dtype=dtype))
         node = ir.Node(
             "", "Constant", [], [ir.AttrTensor("value", tensor)], name=self.fresh_name("Constant")
         )

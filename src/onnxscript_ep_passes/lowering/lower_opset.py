@@ -108,6 +108,8 @@ class _Lowering:
         self._used_initializers: list[tuple[ir.Graph, ir.Value]] = []
         # Body templates whose exact copies lowering leaves as they are (_lower_each_built).
         self._settled: dict[object, bool] = {}
+        # The nodes of copies skipped so: no version, no subgraph, never edited after.
+        self.plain_nodes: list[ir.Node] = []
         self.versioned = True  # whether a main-graph node had a per-node version (run())
 
     def run(self) -> None:
@@ -304,6 +306,7 @@ class _Lowering:
             assert [n for n, _ in run] == nodes, "a body copy is built in one run"
             index += len(nodes)
             if self._settled.get(template):
+                self.plain_nodes.extend(nodes)
                 continue
             before = self._progress()
             for node, opset in run:
@@ -426,9 +429,8 @@ def run_lowering(
             model_name=model.graph.name,
         )
     built, replaced = lowering.commit()
-    relabel(
-        model, target_opset, versions_in_main=work.may_carry_versions(lowering.versioned, built)
-    )
+    versioned = work.may_carry_versions(lowering.versioned, built, lowering.plain_nodes)
+    relabel(model, target_opset, versions_in_main=versioned)
     done = (tuple(built), tuple(replaced), len(lowering.rewritten), tuple(lowering.carried))
     return LoweringResult(model, True, source, target_opset, *done)
 

@@ -16,7 +16,8 @@ Rules:
   inference.
 * Model-local function bodies carry no types: they are inferred per call site, from the
   types at the call site's inputs; a value gets a type only when every call site agrees.
-* Nodes built by adapters get their output types from ONNX's per-node inference.
+* Nodes built by adapters get their output types from ONNX's per-node inference
+  (:mod:`.node_types`).
 * Memory stays bounded on hostile shapes: ONNX's data propagation materializes values
   computed from shapes (``Range(0, Size(x))``, ``ConstantOfShape(Shape(x))``, ...), so it
   is used only when no declared dimension product or small constant exceeds
@@ -30,7 +31,6 @@ __all__ = [
     "TypeOracle",
     "holds_small_constant",
     "infer_model_types",
-    "infer_node_output_types",
     "known_type",
     "small_constant_proto",
     "value_type_proto",
@@ -41,6 +41,7 @@ import itertools
 import logging
 import math
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import onnx
 import onnx.numpy_helper
@@ -98,52 +99,6 @@ def value_type_proto(
     return proto
 
 
-def infer_node_output_types(
-    node: ir.Node,
-    opset: int,
-    type_of: Callable[[ir.Value], ir.TypeProtocol | None] = lambda value: value.type,
-) -> None:
-    """Fill in the type and shape of ``node``'s outputs that have none, when inferable.
-
-    ``type_of`` gives the types of inputs that declare none (e.g. a TypeOracle's).
-    """
-    if all(known_type(out.type) for out in node.outputs):
-        return
-    schema = schemas.get_schema(node.op_type, opset, node.domain)
-    if schema is None:
-        return
-    node_proto = ir.serde.serialize_node(node)
-    input_types: dict[str, onnx.TypeProto] = {}
-    input_data: dict[str, onnx.TensorProto] = {}
-    for value, name in zip(node.inputs, node_proto.input):
-        if value is None or not name:
-            continue
-        type_proto = value_type_proto(value, type_of)
-        if type_proto is not None:
-            input_types[name] = type_proto
-        data = small_constant_proto(value)
-        if data is not None:
-            input_data[name] = data
-    try:
-        inferred = onnx.shape_inference.infer_node_outputs(
-            schema,
-            node_proto,
-            input_types,
-            input_data,
-            opset_imports=[onnx.helper.make_opsetid("", opset)],
-        )
-    except Exception as error:  # inference is best effort: an unknown type is refused later
-        logger.debug("no type inference for %s: %s", node.op_type, error)
-        return
-    for value, name in zip(node.outputs, node_proto.output):
-        proto = inferred.get(name)
-        if proto is None or known_type(value.type):
-            continue
-        value.type = ir.serde.deserialize_type_proto_for_type(proto)
-        if value.shape is None:
-            value.shape = ir.serde.deserialize_type_proto_for_shape(proto)
-
-
 class TypeOracle:
     """Answers "what is the type of this value?" for a model, inferring when needed."""
 
@@ -154,6 +109,8 @@ class TypeOracle:
         self._function_types: dict[ir.OperatorIdentifier, dict[str, ir.TypeProtocol | None]] = {}
         self._graph_owner: dict[ir.Graph, ir.Function] | None = None
         self._frozen = False  # set by prepare(): the model may change from now on
+        # What per-node inference gave, by node signature (:mod:`.node_types`).
+        self.node_types: dict[object, Any] = {}
 
     def prepare(self, typed: Iterable[ir.Value], shaped: Iterable[ir.Value] = ()) -> None:
         """Infer now (before the model changes) if a value of ``typed`` lacks a type, or

@@ -97,14 +97,23 @@ def visits(
     return found, subgraphs, any(node.version is not None for node in main_nodes)
 
 
-def may_carry_versions(versioned: bool, built: Iterable[ir.Node]) -> bool:
+def may_carry_versions(
+    versioned: bool, built: Iterable[ir.Node], plain: Iterable[ir.Node] = ()
+) -> bool:
     """Whether, after a run, a node of the main graph may carry a per-node version: one
     did before it (``versioned``, from :func:`visits`), or a node it built does or holds
-    a subgraph. Adapters change no other node's version (:mod:`.lower_opset`, rule 4)."""
-    return versioned or any(
+    a subgraph. Adapters change no other node's version (:mod:`.lower_opset`, rule 4).
+
+    ``plain``: built nodes known to carry no version and hold no subgraph (the exact body
+    copies lowering leaves as built, :mod:`.lower_opset` rule 2); they are not read.
+    """
+    if versioned:
+        return True
+    rest = set(built).difference(plain)
+    return any(
         node.version is not None
         or any(a.type is _GRAPH or a.type is _GRAPHS for a in node.attributes.data.values())
-        for node in built
+        for node in rest
     )
 
 
