@@ -239,3 +239,142 @@ def test_disabled_removes_nothing_and_levels_are_checked() -> None:
     assert OptimizationLevel.of(ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED).folds
     with pytest.raises(ValueError, match="not an ORT graph optimization level: 7"):
         predict_placement(model, TABLE, optimization_level=7)
+
+
+def _ref(node: onnx.NodeProto, name: str, kind: int, parameter: str) -> onnx.NodeProto:
+    attr = node.attribute.add()
+    attr.name, attr.type, attr.ref_attr_name = name, kind, parameter
+    return node
+
+
+def _leaky(name: str, x: str, y: str, parameter: str = "p") -> onnx.NodeProto:
+    node = oh.make_node("LeakyRelu", [x], [y], name=name)
+    return _ref(node, "alpha", onnx.AttributeProto.FLOAT, parameter)
+
+
+def _with_functions(
+    calls: list[dict[str, object]],
+    functions: list[onnx.FunctionProto],
+    shape: list[int],
+    op: str = "F",
+) -> onnx.ModelProto:
+    """One call of ``op`` on x per entry of ``calls`` (its attributes), each followed by a
+    Relu, the Relus summed."""
+    nodes = []
+    for i, attrs in enumerate(calls):
+        nodes.append(oh.make_node(op, ["x"], [f"o{i}"], domain="local", name=f"call{i}", **attrs))
+        nodes.append(oh.make_node("Relu", [f"o{i}"], [f"r{i}"], name=f"relu{i}"))
+    total = "r0"
+    for i in range(1, len(calls)):
+        nodes.append(oh.make_node("Add", [total, f"r{i}"], [f"s{i}"], name=f"add{i}"))
+        total = f"s{i}"
+    nodes[-1].output[0] = "y"
+    graph = oh.make_graph(nodes, "g", [_x(shape)], [_y()])
+    opsets = [oh.make_opsetid("", 21), oh.make_opsetid("local", 1)]
+    model = oh.make_model(graph, opset_imports=opsets, functions=functions)
+    model.ir_version = 10
+    return model
+
+
+def _check_ops(model: onnx.ModelProto) -> PlacementPrediction:
+    """As :func:`_check`, by op type: ORT renames the second inlining of a function's node
+    (``_inlfunc_F_token_0_<node>``), which the prediction does not."""
+    pred = predict_placement(model, TABLE, optimization_level=OptimizationLevel.ENABLE_BASIC)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.log_severity_level = 3
+    with tempfile.TemporaryDirectory(prefix="basic_opt_") as tmp:
+        options.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
+        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        saved = onnx.load(options.optimized_model_filepath)
+    kept = collections.Counter(n.op_type for n in saved.graph.node)
+    assert collections.Counter(n.op_type for n in pred.nodes) == kept
+    return pred
+
+
+def _function(
+    nodes: list[onnx.NodeProto],
+    parameters: list[str],
+    defaults: list[onnx.AttributeProto] = (),  # type: ignore[assignment]
+    name: str = "F",
+) -> onnx.FunctionProto:
+    opsets = [oh.make_opsetid("", 21), oh.make_opsetid("local", 1)]
+    return oh.make_function(
+        "local", name, ["a"], ["b"], nodes, opsets, parameters, attribute_protos=list(defaults)
+    )
+
+
+def test_function_nodes_merge_on_the_attribute_values_of_their_calls() -> None:
+    """ORT substitutes a function's attribute parameters when it inlines it: the Transposes
+    of two calls with perm [0, 2, 1] merge (and the Relus after them), not the third's."""
+    transpose = _ref(
+        oh.make_node("Transpose", ["a"], ["b"], name="t"), "perm", onnx.AttributeProto.INTS, "p"
+    )
+    calls: list[dict[str, object]] = [{"p": [0, 2, 1]}, {"p": [0, 2, 1]}, {"p": [1, 0, 2]}]
+    model = _with_functions(calls, [_function([transpose], ["p"])], [3, 3, 3])
+    pred = _check_ops(model)
+    assert pred.removed_by_rule() == {"common_subexpression": 2}
+    assert [r.name for r in pred.removed] == ["_inlfunc_F_t", "relu0"]
+
+
+def test_a_parameter_reads_the_call_then_the_function_default_then_the_schema_one() -> None:
+    """A call that leaves alpha to the function's default 0.5 merges with one that sets 0.5,
+    not with 0.2; through a nested call (q passed on as p) too. Calls of a function
+    without a default that leave the parameter unset lose the attribute, so read
+    LeakyRelu's schema default 0.01: they merge with a call that sets 0.01."""
+    defaulted = _function([_leaky("l", "a", "b")], [], [oh.make_attribute("p", 0.5)])
+    outer = _function(
+        [
+            _ref(
+                oh.make_node("F", ["a"], ["b"], domain="local"), "p", onnx.AttributeProto.FLOAT, "q"
+            )
+        ],
+        ["q"],
+        name="G",
+    )
+    calls: list[dict[str, object]] = [{"p": 0.5}, {}, {"p": 0.2}]
+    pred = _check_ops(_with_functions(calls, [defaulted], [2, 3]))
+    assert pred.removed_by_rule() == {"common_subexpression": 2}
+    pred = _check_ops(
+        _with_functions([{"q": 0.5}, {"q": 0.2}, {"q": 0.5}], [defaulted, outer], [2, 3], "G")
+    )
+    assert pred.removed_by_rule() == {"common_subexpression": 2}
+    unset = _function([_leaky("l", "a", "b")], ["p"])
+    pred = _check_ops(_with_functions([{}, {"p": 0.01}, {}], [unset], [2, 3]))
+    assert pred.removed_by_rule() == {"common_subexpression": 4}
+
+
+def test_an_unset_attribute_counts_with_its_schema_default() -> None:
+    """ORT sets a schema's defaults on the nodes it loads: a LeakyRelu without alpha merges
+    with one with alpha 0.01 (its default), not with 0.02; Transpose's perm has no default,
+    so a Transpose without one stays apart from one with perm [1, 0]."""
+    nodes = [
+        oh.make_node("LeakyRelu", ["x"], ["l1"], name="leaky_unset"),
+        oh.make_node("LeakyRelu", ["x"], ["l2"], alpha=0.01, name="leaky_default"),
+        oh.make_node("LeakyRelu", ["x"], ["l3"], alpha=0.02, name="leaky_other"),
+        oh.make_node("Transpose", ["x"], ["t1"], name="transpose_unset"),
+        oh.make_node("Transpose", ["x"], ["t2"], perm=[1, 0], name="transpose_10"),
+        oh.make_node("Sum", ["l1", "l2", "l3", "t1", "t2"], ["y"], name="sum"),
+    ]
+    pred = _check(_model(nodes, [_x([3, 3])], [_y()]))
+    assert [r.name for r in pred.removed] == ["leaky_unset"]
+
+
+@pytest.mark.parametrize("in_function", [False, True])
+def test_float_attributes_that_are_nan_never_merge(in_function: bool) -> None:
+    """Two LeakyRelus of x with alpha NaN stay two, as in ORT: written so, or in a function
+    whose two nodes read the same parameter (the same attribute object)."""
+    nan = float("nan")
+    if in_function:
+        body = [_leaky("l1", "a", "b1"), _leaky("l2", "a", "b2")]
+        body.append(oh.make_node("Add", ["b1", "b2"], ["b"], name="add"))
+        model = _with_functions([{"p": nan}], [_function(body, ["p"])], [2, 3])
+    else:
+        nodes = [
+            oh.make_node("LeakyRelu", ["x"], ["a"], alpha=nan, name="l1"),
+            oh.make_node("LeakyRelu", ["x"], ["b"], alpha=nan, name="l2"),
+            oh.make_node("Add", ["a", "b"], ["y"], name="add"),
+        ]
+        model = _model(nodes, [_x()], [_y()])
+    pred = _check_ops(model)
+    assert not pred.removed

@@ -4,7 +4,10 @@ Rules:
 
 - ``Constant`` nodes become initializers (they are never placed).
 - Calls to model-local functions are inlined, named ``_inlfunc_<function>_<node>`` as ORT
-  names them. ORT resolves the inlined nodes against the *calling graph's* opset imports,
+  names them. Each inlined node keeps the values of the function's attribute parameters
+  at its call (``call_attributes``: the call's attributes, a reference in a nested call
+  read from the enclosing call, the function's defaults for the rest; a parameter with
+  neither is absent, as ORT drops the attribute that refers to it). ORT resolves the inlined nodes against the *calling graph's* opset imports,
   not the function's (measured on ORT 1.32: in a model at opset 25, a Transpose of a
   function declared at opset 24 runs as Transpose-25); the function's imports only supply
   domains the model does not import.
@@ -65,6 +68,7 @@ class _Origin:
 
     function: ir.Function | None = None  # the innermost model-local function
     inlined_from: ir.Node | None = None  # the model node whose schema body ORT inlines
+    call_attributes: Mapping[str, ir.Attr] | None = None  # ``function``'s parameters' values
 
 
 def _cached_schema_body(
@@ -162,6 +166,25 @@ def _constant_type(node: ir.Node) -> str | None:
         if name in _CONSTANT_ATTRIBUTE_TYPES:
             return _CONSTANT_ATTRIBUTE_TYPES[name]
     return None
+
+
+def _call_attributes(
+    call: ir.Node, fn: ir.Function, outer: Mapping[str, ir.Attr] | None
+) -> dict[str, ir.Attr]:
+    """The values of ``fn``'s attribute parameters at ``call``: the call's own attributes
+    (a reference read from ``outer``, the enclosing call's), then ``fn``'s defaults."""
+    values: dict[str, ir.Attr] = {}
+    for name, attr in call.attributes.items():
+        if isinstance(attr, ir.Attr) and attr.is_ref():
+            resolved = outer.get(attr.ref_attr_name or "") if outer is not None else None
+            if resolved is not None:
+                values[name] = resolved
+        else:
+            values[name] = attr
+    for name, default in fn.attributes.items():
+        if name not in values and default.type != ir.AttributeType.UNDEFINED:
+            values[name] = default
+    return values
 
 
 class Flattener:
@@ -267,7 +290,11 @@ class Flattener:
             if functions:
                 fn = functions.get((node.domain, op_type, node.overload))
                 if fn is not None:
-                    inner = dataclasses.replace(origin, function=fn)
+                    inner = dataclasses.replace(
+                        origin,
+                        function=fn,
+                        call_attributes=_call_attributes(node, fn, origin.call_attributes),
+                    )
                     self._inline(node, fn, inputs, scope, env, outer, fn_scope, opsets, inner)
                     continue
             if domain == "" and op_type == "Constant":
@@ -295,6 +322,7 @@ class Flattener:
                 node=model_node or node,
                 function=function,
                 inlined_by_ort=inlined,
+                call_attributes=origin.call_attributes,
             )
             for i, val in enumerate(inputs):
                 if val is not None:

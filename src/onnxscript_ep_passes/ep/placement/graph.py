@@ -9,7 +9,8 @@ Rules:
   a ``Constant``'s output: never placed, copied at session start), ``"node"`` (a node's
   output) or ``"outer"`` (a value a subgraph reads from an enclosing graph).
 - A :class:`FlatNode` keeps the model's IR node it stands for (``node``), the model-local
-  function holding it (``function``) and whether it comes from a schema body ORT inlines
+  function holding it (``function``), the values of that function's attribute parameters
+  at its call (``call_attributes``) and whether it comes from a schema body ORT inlines
   (``inlined_by_ort``); the phases fill in its placement.
 - Flat values and nodes compare and hash by identity.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 __all__ = ["FlatNode", "FlatScope", "FlatValue", "ValueKind"]
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Literal
 
 import numpy as np
@@ -62,6 +64,9 @@ class FlatNode:
     node: ir.Node | None = None
     function: ir.Function | None = None
     inlined_by_ort: bool = False
+    # The values of the innermost model-local function's attribute parameters at this
+    # node's call (what a ``ref_attr_name`` attribute of ``node`` reads); None outside one.
+    call_attributes: Mapping[str, ir.Attr] | None = None
 
 
 @dataclasses.dataclass(eq=False, slots=True)
