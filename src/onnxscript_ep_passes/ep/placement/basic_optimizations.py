@@ -13,19 +13,9 @@ a round changes nothing (ORT's transformer manager repeats its level up to 10 ti
    consumers read its input instead. A node whose output is a graph output is kept.
 2. Constant sharing: initializers of at most 8 elements (float16, float, double, int32,
    int64) with the same type, shape and bytes become one value.
-3. Common-subexpression elimination: a node with the same op, domain and attributes
-   (numbers, strings and their lists only: nodes with tensor or graph attributes are never
-   merged; an attribute's type counts, as in ORT: an int 1 is not a float 1.0; a float
-   NaN equals nothing, as in ORT, measured; an attribute the node leaves unset counts
-   with its ONNX schema default, which ORT sets on the node at load, measured: a
-   LeakyRelu without alpha is one with alpha 0.01; an attribute of a model-local
-   function's node that refers to a parameter counts with the value at its call, which
-   ORT substitutes when it inlines the function, measured; one whose parameter the call
-   leaves unset, without a default in the function, is unset) as an earlier one in ORT's
-   topological order, on the same inputs, is replaced by it. Random
-   ops and ``DequantizeLinear`` are never merged; a node whose output is a graph output is
-   kept. A node's key is computed once per prediction and kept across rounds, computed
-   again only for the nodes an edit rewired (:class:`~.edits.ScopeEdits`).
+3. Common-subexpression elimination (:mod:`.common_subexpressions`, whose docstring
+   states its rules): a node equal to an earlier one in ORT's topological order (op,
+   attributes, inputs) is replaced by it.
 4. Constant folding (in ORT's topological order where :mod:`.load_shapes` runs, each
    node inferred again once one has folded): a deterministic ai.onnx node without subgraphs, all of whose inputs
    are constant initializers, and that ORT's CPU EP has a kernel for (by version), is
@@ -75,18 +65,19 @@ from __future__ import annotations
 __all__ = ["RULES", "apply_basic_optimizations"]
 
 import logging
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable
 
 import numpy as np
-import onnx
-import onnx.helper
 import onnx_ir as ir
 
-from onnxscript_ep_passes.core.onnx_utils import get_schema
 from onnxscript_ep_passes.ep.live_tables import installed_cpu_table
 from onnxscript_ep_passes.ep.placement.basic_fusions import (
     cancel_transposes,
     fuse_contiguous_reshapes,
+)
+from onnxscript_ep_passes.ep.placement.common_subexpressions import (
+    NON_DETERMINISTIC,
+    eliminate_common_subexpressions,
 )
 from onnxscript_ep_passes.ep.placement.edits import (
     ScopeEdits,
@@ -127,25 +118,7 @@ _SHARED_TYPES = frozenset(
         ir.DataType.INT64,
     }
 )
-_NON_DETERMINISTIC = frozenset(
-    {"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Multinomial"}
-)
-_MERGEABLE_ATTRIBUTES = frozenset(
-    {
-        ir.AttributeType.FLOAT,
-        ir.AttributeType.INT,
-        ir.AttributeType.STRING,
-        ir.AttributeType.FLOATS,
-        ir.AttributeType.INTS,
-        ir.AttributeType.STRINGS,
-    }
-)
 _INT64_MAX = np.iinfo(np.int64).max
-_MISSING: Hashable = object()  # no key kept for the node
-_REFERS: Hashable = object()  # attributes that refer to a function parameter: read per call
-_AttributeEntry = tuple[str, ir.AttributeType, Hashable]  # name, type, value
-# Each op's schema defaults as key entries, by (op, domain, since_version).
-_DEFAULTS: dict[tuple[str, str, int | None], dict[str, _AttributeEntry] | None] = {}
 
 
 def apply_basic_optimizations(scope: FlatScope) -> list[RemovedNode]:
@@ -160,7 +133,7 @@ def apply_basic_optimizations(scope: FlatScope) -> list[RemovedNode]:
     for _ in range(_MAX_ROUNDS):
         changed = _eliminate_redundant(state)
         changed |= _share_constants(state)
-        changed |= _eliminate_common_subexpressions(state)
+        changed |= eliminate_common_subexpressions(state)
         changed |= _fold_constants(state, shapes)
         changed |= fuse_contiguous_reshapes(state)
         changed |= cancel_transposes(state)
@@ -313,173 +286,6 @@ def _sharing_key(value: FlatValue) -> Hashable | None:
     return (tensor.dtype, tuple(array.shape), array.tobytes())
 
 
-# -- 3. common subexpressions -------------------------------------------------------------
-
-
-def _eliminate_common_subexpressions(state: ScopeEdits) -> bool:
-    seen: dict[Hashable, FlatNode] = {}
-    changed = False
-    attributes = state.cse_attributes
-    keys = state.cse_keys  # kept across rounds, dropped for the nodes an edit rewires
-    missing = _MISSING
-    for node in state.order():  # the first of equal nodes is kept
-        if not state.optimizable(node):
-            continue
-        key = keys.get(node, missing)
-        if key is missing:
-            key = keys[node] = _cse_key(node, attributes)
-        if key is None:
-            continue
-        first = seen.setdefault(key, node)
-        if first is node:
-            continue
-        if any(o is not None and o.is_output for o in node.outputs):
-            continue
-        if len(first.outputs) != len(node.outputs):
-            continue
-        for mine, theirs in zip(node.outputs, first.outputs):
-            if mine is not None and theirs is not None:
-                state.replace(mine, theirs)
-            elif mine is not None and mine.consumers:
-                break
-        else:
-            state.remove(node, "common_subexpression")
-            changed = True
-    return changed
-
-
-def _cse_key(node: FlatNode, memo: dict[ir.Node, Hashable | None]) -> Hashable | None:
-    """What two nodes must share to be merged; ``memo``: the attribute part per IR node,
-    read once per prediction (the model is not edited meanwhile). An input is keyed by
-    its value's identity (``id``; a missing one by ``id(None)``, which no value has),
-    trailing missing inputs dropped."""
-    if node.op_type in _NON_DETERMINISTIC or (
-        node.domain == "" and node.op_type == "DequantizeLinear"
-    ):
-        return None
-    ir_node = node.node
-    if ir_node is None or node.inlined_by_ort:
-        return None
-    attributes = memo.get(ir_node, _MISSING)
-    if attributes is _MISSING:
-        defaults = _schema_defaults(node.op_type, node.domain, node.since_version)
-        attributes = memo[ir_node] = (
-            None if defaults is None else _attributes_key(ir_node, defaults)
-        )
-    if attributes is _REFERS:  # read at the call, so not kept per IR node
-        defaults = _schema_defaults(node.op_type, node.domain, node.since_version)
-        assert defaults is not None  # or the memo holds None
-        attributes = _attributes_key(ir_node, defaults, node.call_attributes or {})
-    if attributes is None:
-        return None  # a subgraph, a tensor: ORT keeps such nodes distinct
-    inputs = node.inputs
-    count = len(inputs)
-    while count and inputs[count - 1] is None:
-        count -= 1
-    return (
-        node.op_type,
-        node.domain,
-        node.since_version,
-        attributes,
-        tuple(map(id, inputs[:count] if count < len(inputs) else inputs)),
-        tuple([o is not None for o in node.outputs]),
-    )
-
-
-def _attributes_key(
-    ir_node: ir.Node,
-    defaults: Mapping[str, _AttributeEntry],
-    call: Mapping[str, ir.Attr] | None = None,
-) -> Hashable | None:
-    """Each attribute's name, type and value: ORT compares the type too (int 1 and float
-    1.0 differ, though equal in Python), and a float NaN equals nothing (the key holds a
-    fresh object, which Python's NaN hash, by identity, never finds again). An attribute
-    that refers to a function parameter is read from ``call`` (the values at the call);
-    without ``call``, a node with one is keyed :data:`_REFERS`, to be read per call. An
-    attribute the node leaves unset counts with its schema default (``defaults``), which
-    ORT sets on the node when it loads it."""
-    # The attributes' own dict (the mapping's items() looks each one up again).
-    data = ir_node.attributes.data
-    if not data:
-        return tuple(defaults.values())
-    attributes: list[_AttributeEntry] = []
-    mergeable = _MERGEABLE_ATTRIBUTES
-    for name, attr in data.items():
-        if not isinstance(attr, ir.Attr):
-            return None
-        if attr.is_ref():
-            if call is None:
-                return _REFERS
-            resolved = call.get(attr.ref_attr_name or "")
-            if resolved is None:
-                continue  # ORT drops an attribute whose parameter the call leaves unset
-            attr = resolved
-        kind = attr.type
-        if kind not in mergeable:
-            return None
-        value = attr.value
-        if kind is ir.AttributeType.FLOAT or kind is ir.AttributeType.FLOATS:
-            value = _floats_key(value)
-        attributes.append((name, kind, tuple(value) if isinstance(value, list) else value))
-    if defaults:
-        written = {entry[0] for entry in attributes}
-        attributes += [entry for name, entry in defaults.items() if name not in written]
-    if len(attributes) > 1:
-        attributes.sort(key=_by_name)
-    return tuple(attributes)
-
-
-def _by_name(entry: _AttributeEntry) -> str:
-    return entry[0]
-
-
-def _schema_defaults(
-    op_type: str, domain: str, since: int | None
-) -> dict[str, _AttributeEntry] | None:
-    """The key entries of the attributes with a default in the op's ONNX schema (at
-    ``since``), sorted by name; none for an op without a schema (ORT's own ops); None
-    when a default is neither numbers nor strings (a tensor: ORT never merges the node,
-    which holds it once loaded; no ONNX op has one)."""
-    key = (op_type, domain, since)
-    if key in _DEFAULTS:
-        return _DEFAULTS[key]
-    schema = get_schema(op_type, since, domain) if since is not None else None
-    declared = schema.attributes if schema is not None else {}
-    entries: dict[str, _AttributeEntry] | None = {}
-    for name in sorted(declared):
-        default = declared[name].default_value
-        if not default.type:
-            continue
-        kind = ir.AttributeType(default.type)
-        if kind not in _MERGEABLE_ATTRIBUTES or entries is None:
-            entries = None
-            continue
-        value = onnx.helper.get_attribute_value(default)
-        if isinstance(value, bytes):
-            value = value.decode()
-        elif isinstance(value, list):
-            value = [v.decode() if isinstance(v, bytes) else v for v in value]
-        if kind is ir.AttributeType.FLOAT or kind is ir.AttributeType.FLOATS:
-            value = _floats_key(value)
-        entries[name] = (name, kind, tuple(value) if isinstance(value, list) else value)
-    _DEFAULTS[key] = entries
-    return entries
-
-
-def _floats_key(value: float | Sequence[float]) -> Hashable:
-    """A float or floats attribute's value, each NaN a fresh object: equal to nothing
-    (``==`` is False, its hash is its identity), as ORT compares floats."""
-    if isinstance(value, float):
-        return _Unequal() if value != value else value
-    return tuple(_Unequal() if v != v else v for v in value)
-
-
-class _Unequal:
-    """A NaN's stand-in in a key: equal only to itself (identity), never to another."""
-
-    __slots__ = ()
-
-
 # -- 4. constant folding --------------------------------------------------------------------
 
 
@@ -509,7 +315,7 @@ def _fold_constants(state: ScopeEdits, shapes: LoadShapes | None = None) -> bool
 def _folding_rule(node: FlatNode) -> str | None:
     # The checks are pure: the cheap ones first (most nodes have a computed input), the
     # look at the node's attributes for subgraphs last.
-    if node.domain != "" or node.op_type in _NON_DETERMINISTIC:
+    if node.domain != "" or node.op_type in NON_DETERMINISTIC:
         return None
     if node.op_type == "Shape":
         data = node.inputs[0] if node.inputs else None
