@@ -42,6 +42,7 @@ import onnx.reference
 import onnx_ir as ir
 
 from onnxscript_ep_passes.core.checkpoint import EditLog
+from onnxscript_ep_passes.core.onnx_utils import tensor_array
 from onnxscript_ep_passes.ep.shapes import small_constant
 from onnxscript_ep_passes.lowering import schemas
 
@@ -62,7 +63,7 @@ _NONDETERMINISTIC = frozenset(
 
 def _const_array(value: ir.Value | None, max_elements: int) -> np.ndarray | None:
     tensor = small_constant(value, max_elements)
-    return None if tensor is None else tensor.numpy()
+    return None if tensor is None else tensor_array(tensor)
 
 
 def _static_dims(node: ir.Node) -> list[int] | None:

@@ -70,6 +70,7 @@ from collections.abc import Hashable
 import numpy as np
 import onnx_ir as ir
 
+from onnxscript_ep_passes.core.onnx_utils import tensor_array
 from onnxscript_ep_passes.ep.live_tables import installed_cpu_table
 from onnxscript_ep_passes.ep.placement.basic_fusions import (
     cancel_transposes,
@@ -280,7 +281,7 @@ def _sharing_key(value: FlatValue) -> Hashable | None:
     if tensor is None or tensor.dtype not in _SHARED_TYPES:
         return None
     try:
-        array = tensor.numpy()
+        array = tensor_array(tensor)
     except Exception:  # unreadable data (external data that is not there)
         return None
     return (tensor.dtype, tuple(array.shape), array.tobytes())

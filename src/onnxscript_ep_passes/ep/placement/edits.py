@@ -38,6 +38,7 @@ from collections.abc import Hashable
 import numpy as np
 import onnx_ir as ir
 
+from onnxscript_ep_passes.core.onnx_utils import tensor_array
 from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatScope, FlatValue
 from onnxscript_ep_passes.ep.placement.results import RemovedNode
 
@@ -212,7 +213,7 @@ def constant_array(value: FlatValue) -> np.ndarray | None:
     if tensor is None:
         return None
     try:
-        return tensor.numpy()
+        return tensor_array(tensor)
     except Exception:  # unreadable data
         return None
 
