@@ -42,16 +42,20 @@ def _model(
     return onnx.shape_inference.infer_shapes(model, strict_mode=True)
 
 
-def _ort_kept(model: onnx.ModelProto) -> collections.Counter[str]:
-    """Names of the nodes ORT keeps at ORT_ENABLE_BASIC (its saved optimized model)."""
+def _ort_optimized(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model as ORT optimizes it at ORT_ENABLE_BASIC (its saved optimized model)."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     options.log_severity_level = 3
     with tempfile.TemporaryDirectory(prefix="basic_opt_") as tmp:
         options.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
         ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        saved = onnx.load(options.optimized_model_filepath)
-    return collections.Counter(n.name for n in saved.graph.node)
+        return onnx.load(options.optimized_model_filepath)
+
+
+def _ort_kept(model: onnx.ModelProto) -> collections.Counter[str]:
+    """Names of the nodes ORT keeps at ORT_ENABLE_BASIC."""
+    return collections.Counter(n.name for n in _ort_optimized(model).graph.node)
 
 
 def _check(model: onnx.ModelProto) -> PlacementPrediction:
@@ -280,14 +284,7 @@ def _check_ops(model: onnx.ModelProto) -> PlacementPrediction:
     """As :func:`_check`, by op type: ORT renames the second inlining of a function's node
     (``_inlfunc_F_token_0_<node>``), which the prediction does not."""
     pred = predict_placement(model, TABLE, optimization_level=OptimizationLevel.ENABLE_BASIC)
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    options.log_severity_level = 3
-    with tempfile.TemporaryDirectory(prefix="basic_opt_") as tmp:
-        options.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
-        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        saved = onnx.load(options.optimized_model_filepath)
-    kept = collections.Counter(n.op_type for n in saved.graph.node)
+    kept = collections.Counter(n.op_type for n in _ort_optimized(model).graph.node)
     assert collections.Counter(n.op_type for n in pred.nodes) == kept
     return pred
 
