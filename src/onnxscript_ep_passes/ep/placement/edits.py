@@ -98,8 +98,8 @@ class ScopeEdits:
         )
 
     def fold(self, node: FlatNode, rule: str) -> None:
-        """Drop ``node``, folded: its outputs become initializers with no producer."""
-        self.edits += 1
+        """Drop ``node``, folded: its outputs become initializers with no producer (the
+        edit is counted by :meth:`remove`)."""
         for out in node.outputs:
             if out is not None:
                 out.kind = "initializer"
