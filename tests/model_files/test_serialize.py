@@ -62,6 +62,9 @@ def test_a_repeated_body_is_written_as_onnx_ir_writes_it() -> None:
     graph.append(seq)
     seq.outputs[0].type = ir.SequenceType(ir.TensorType(ir.DataType.FLOAT))
     graph.append(ir.node("Relu", [graph.inputs[0]], name="named", doc_string="doc"))
+    noted = ir.node("Neg", [graph.inputs[0]])
+    graph.append(noted)
+    noted.outputs[0].metadata_props["note"] = "kept"  # an untyped output with metadata
     _same(model)
 
 
@@ -155,3 +158,19 @@ def test_splicing_declines_bytes_it_cannot_place() -> None:
     with_node.graph.node.add(op_type="Relu")
     data = with_node.SerializeToString()
     assert splice_graph_entries(data, parts.nodes, parts.value_info) is None  # a node in it
+
+
+def test_writing_makes_no_empty_metadata_store() -> None:
+    """onnx-ir makes ``meta`` and ``metadata_props`` on their first read: the writer reads
+    the slots behind them (this onnx-ir has them), and a quantization annotation in an
+    existing store is still seen (test_what_onnx_ir_orders_otherwise_falls_back_to_it)."""
+    model, graph, _ = _model()
+    serialize_parts(model).data()
+    for node in graph:
+        for out in node.outputs:
+            if out.is_graph_output():
+                continue  # onnx-ir's serializer writes it, and reads its meta
+            assert getattr(out, "_metadata", "no slot") is None
+            assert getattr(out, "_metadata_props", "no slot") is None
+    graph.node(1).outputs[0].meta["other"] = 1  # a store with other keys: written as before
+    _same(model)

@@ -53,6 +53,10 @@ _QUANT_FIELD = "quant_parameter_tensor_names"
 _FUNCTION_VALUE_INFO_IR_VERSION = 10
 
 _SUBGRAPH = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+# onnx-ir makes a node's or value's ``meta`` store and ``metadata_props`` dict on their
+# first read; unread (its slot still None) is empty. They are read from the slots
+# (where this onnx-ir has them), so that writing 240k nodes makes no empty store.
+_NO_SLOT = object()
 
 
 class _FallbackError(Exception):
@@ -301,74 +305,104 @@ class _Writer:
         infos: list[bytes] = []
         add_node = chunk.append
         add = infos.append
+        lengths = _VARINTS
+        limit = len(lengths)
+        node_part = self._node_part
+        by_shape = self._types_by_shape
         for index, node in enumerate(graph):
-            data = self._node_bytes(node, index)
-            add_node(_GRAPH_NODE)
-            add_node(_length(len(data)))
+            cached = node_part(node)
+            if cached is None:
+                data = self._proto_bytes(node, index)
+            else:  # the names per node, the rest memoized
+                parts: list[bytes] = []
+                add_part = parts.append
+                for value in node.inputs:
+                    if value is None:
+                        add_part(b"\x0a\x00")
+                        continue
+                    name = value.name
+                    if name is None:
+                        raise _FallbackError  # onnx-ir's own error
+                    encoded = name.encode()
+                    size = len(encoded)
+                    add_part(_NODE_INPUT + (lengths[size] if size < limit else _varint(size)))
+                    add_part(encoded)
+                outputs = node.outputs
+                end = len(outputs)
+                while end and not outputs[end - 1].name:  # trailing unnamed ones left out
+                    end -= 1
+                for out in outputs[:end] if end < len(outputs) else outputs:
+                    name = out.name
+                    if name is None:
+                        raise _FallbackError
+                    encoded = name.encode()
+                    size = len(encoded)
+                    add_part(_NODE_OUTPUT + (lengths[size] if size < limit else _varint(size)))
+                    add_part(encoded)
+                if node.name:
+                    encoded = node.name.encode()
+                    size = len(encoded)
+                    add_part(_NODE_NAME + (lengths[size] if size < limit else _varint(size)))
+                    add_part(encoded)
+                add_part(cached)
+                data = b"".join(parts)
+            size = len(data)
+            add_node(_GRAPH_NODE + (lengths[size] if size < limit else _varint(size)))
             add_node(data)
             for out in node.outputs:
                 if out.is_graph_output():
                     continue
-                if out.meta.get(_QUANT_FIELD):
+                store: Any = getattr(out, "_metadata", _NO_SLOT)  # None: meta never read
+                if store is _NO_SLOT:
+                    store = out.meta
+                if store is not None and store.data.get(_QUANT_FIELD):
                     raise _FallbackError
-                if not out.name or (
-                    out.type is None
-                    and out.shape is None
-                    and not out.metadata_props
-                    and not out.doc_string
+                props = getattr(out, "_metadata_props", _NO_SLOT)  # None: empty
+                if props is _NO_SLOT:
+                    props = out.metadata_props
+                name = out.name
+                type_ = out.type
+                shape = out.shape
+                if not name or (
+                    type_ is None and shape is None and not props and not out.doc_string
                 ):
                     continue  # onnx-ir writes no value_info for it
-                data = self._value_bytes(out)
-                add(_GRAPH_VALUE_INFO)
-                add(_length(len(data)))
+                if props or out.doc_string or type(type_) is not ir.TensorType:
+                    data = self._value_proto_bytes(out)
+                else:  # a plain tensor type: its TypeProto memoized (_type_bytes)
+                    cached = by_shape.get((type_.dtype, type_.denotation, id(shape)))
+                    if cached is None:
+                        cached = self._type_bytes(type_, shape)
+                    encoded = name.encode()
+                    size = len(encoded)
+                    data = b"".join(
+                        (
+                            _VALUE_NAME,
+                            lengths[size] if size < limit else _varint(size),
+                            encoded,
+                            cached,
+                        )
+                    )
+                size = len(data)
+                add(_GRAPH_VALUE_INFO + (lengths[size] if size < limit else _varint(size)))
                 add(data)
         return b"".join(chunk), b"".join(infos)
 
-    def _node_bytes(self, node: ir.Node, index: int) -> bytes:
-        cached = self._node_part(node)
-        if cached is None:
-            self._ops.add((node.domain, node.op_type))
-            if any(a.type in _SUBGRAPH for a in node.attributes.data.values()):
-                self.holders.append(index)
-            proto = onnx.NodeProto()
-            ir.serde.serialize_node_into(proto, from_=node, model_ir_version=self._ir_version)
-            return proto.SerializeToString()
-        parts: list[bytes] = []
-        add = parts.append
-        for value in node.inputs:
-            if value is None:
-                add(b"\x0a\x00")
-                continue
-            name = value.name
-            if name is None:
-                raise _FallbackError  # onnx-ir's own error
-            data = name.encode()
-            add(_NODE_INPUT)
-            add(_length(len(data)))
-            add(data)
-        outputs = node.outputs
-        end = len(outputs)
-        while end and not outputs[end - 1].name:  # trailing unnamed outputs are left out
-            end -= 1
-        for out in outputs[:end]:
-            name = out.name
-            if name is None:
-                raise _FallbackError
-            data = name.encode()
-            add(_NODE_OUTPUT)
-            add(_length(len(data)))
-            add(data)
-        if node.name:
-            data = node.name.encode()
-            add(_NODE_NAME)
-            add(_length(len(data)))
-            add(data)
-        add(cached)
-        return b"".join(parts)
+    def _proto_bytes(self, node: ir.Node, index: int) -> bytes:
+        """``node``'s bytes as onnx-ir writes them (a node :meth:`_node_part` declines)."""
+        self._ops.add((node.domain, node.op_type))
+        if any(a.type in _SUBGRAPH for a in node.attributes.data.values()):
+            self.holders.append(index)
+        proto = onnx.NodeProto()
+        ir.serde.serialize_node_into(proto, from_=node, model_ir_version=self._ir_version)
+        return proto.SerializeToString()
 
     def _node_part(self, node: ir.Node) -> bytes | None:
         """The node's bytes but its names (memoized); None: onnx-ir writes it."""
-        if node.metadata_props or getattr(node, "device_configurations", None):
+        props = getattr(node, "_metadata_props", _NO_SLOT)  # None: empty
+        if props is _NO_SLOT:
+            props = node.metadata_props
+        if props or getattr(node, "device_configurations", None):
             return None
         attributes: list[object] = []
         for attr in node.attributes.data.values():  # a dict: read as walk() reads it
@@ -388,36 +422,28 @@ class _Writer:
             cached = self._nodes[key] = proto.SerializeToString()
         return cached
 
-    def _value_bytes(self, value: ir.Value) -> bytes:
-        type_ = value.type
-        name = value.name
-        if (
-            value.metadata_props
-            or value.doc_string
-            or type_ is None
-            or type(type_) is not ir.TensorType
-            or name is None
-        ):
-            proto = onnx.ValueInfoProto()
-            ir.serde.serialize_value_into(proto, value)
-            return proto.SerializeToString()
-        shape = value.shape
-        by_shape = (type_.dtype, type_.denotation, id(shape))
-        cached = self._types_by_shape.get(by_shape)
+    def _value_proto_bytes(self, value: ir.Value) -> bytes:
+        """``value``'s ValueInfoProto as onnx-ir writes it (not a plain tensor type)."""
+        proto = onnx.ValueInfoProto()
+        ir.serde.serialize_value_into(proto, value)
+        return proto.SerializeToString()
+
+    def _type_bytes(self, type_: ir.TensorType, shape: ir.Shape | None) -> bytes:
+        """The ValueInfoProto ``type`` entry of a plain tensor type and ``shape``
+        (memoized by the type's fields and the shape's dims and denotations, and by the
+        shape object's identity: a shape shared by many values is read once)."""
+        key: tuple[object, ...] = (type_.dtype, type_.denotation)
+        if shape is not None:
+            dims = tuple(d if isinstance(d, int) else ("sym", d.value) for d in shape.dims)
+            denotations = tuple(shape.get_denotation(i) for i in range(len(dims)))
+            key = (*key, dims, denotations)
+        cached = self._types.get(key)
         if cached is None:
-            key: tuple[object, ...] = (type_.dtype, type_.denotation)
+            proto = onnx.TypeProto()
+            ir.serde.serialize_type_into(proto, type_)
             if shape is not None:
-                dims = tuple(d if isinstance(d, int) else ("sym", d.value) for d in shape.dims)
-                denotations = tuple(shape.get_denotation(i) for i in range(len(dims)))
-                key = (*key, dims, denotations)
-            cached = self._types.get(key)
-            if cached is None:
-                proto = onnx.TypeProto()
-                ir.serde.serialize_type_into(proto, type_)
-                if shape is not None:
-                    ir.serde.serialize_shape_into(proto, shape)
-                data = proto.SerializeToString()
-                cached = self._types[key] = _VALUE_TYPE + _length(len(data)) + data
-            self._types_by_shape[by_shape] = cached
-        data = name.encode()
-        return _VALUE_NAME + _length(len(data)) + data + cached
+                ir.serde.serialize_shape_into(proto, shape)
+            data = proto.SerializeToString()
+            cached = self._types[key] = _VALUE_TYPE + _length(len(data)) + data
+        self._types_by_shape[(type_.dtype, type_.denotation, id(shape))] = cached
+        return cached
