@@ -35,7 +35,7 @@ from __future__ import annotations
 __all__ = ["ORT_DEFAULT_DOMAIN_STANDIN", "check_output", "check_serialized"]
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -222,10 +222,18 @@ def _set_ort_ops_aside(proto: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> N
 def check_output(proto: onnx.ModelProto, out: Path, data: bytes | None = None) -> None:
     """Raise ValueError (one line) when ``proto``, to be written to ``out``, fails the
     module's rules; ``data``: ``proto`` serialized, when the caller has it."""
-    problem = _signature_problem(proto.graph)
+    _check(proto.graph, lambda: _checkable(proto, data), out)
+
+
+def _check(
+    graph: onnx.GraphProto, checkable: Callable[[], onnx.ModelProto | bytes], out: Path
+) -> None:
+    """The module's rules: ``graph``'s signature, then the checker's full check of what
+    ``checkable`` gives (the copy set aside, or its bytes)."""
+    problem = _signature_problem(graph)
     if problem is None:
         try:
-            onnx.checker.check_model(_checkable(proto, data), full_check=True)
+            onnx.checker.check_model(checkable(), full_check=True)
         except Exception as error:  # ValidationError, InferenceError (the C++ checker)
             problem = _one_line(error)
     if problem is not None:
@@ -253,17 +261,7 @@ def check_serialized(model: SerializedModel, data: bytes, out: Path) -> None:
         full.ParseFromString(data)
         check_output(full, out, data)
         return
-    problem = _signature_problem(shell.graph)
-    if problem is None:
-        try:
-            onnx.checker.check_model(model.data(_checkable(shell)), full_check=True)
-        except Exception as error:  # ValidationError, InferenceError (the C++ checker)
-            problem = _one_line(error)
-    if problem is not None:
-        raise ValueError(
-            f"refusing to write '{out}': the result fails onnx's checker ({problem}); "
-            "nothing was written"
-        )
+    _check(shell.graph, lambda: model.data(_checkable(shell)), out)
 
 
 def _lacks_schema(op: tuple[str, str], opset: int) -> bool:
