@@ -88,3 +88,43 @@ def test_a_node_with_a_tensor_attribute_is_inferred_each_time(inferences: list[s
         assert node.outputs[0].type == ir.TensorType(ir.DataType.FLOAT)
     assert inferences == ["ConstantOfShape", "ConstantOfShape"]
     assert not memo
+
+
+def _external(name: str, offset: int, dims: list[int], dtype: ir.DataType) -> ir.Value:
+    tensor = ir.ExternalTensor(
+        "w.data", offset, 8 * int(np.prod(dims)), dtype, shape=ir.Shape(dims), name=name,
+        base_dir="/nonexistent",
+    )  # fmt: skip
+    value = ir.Value(name=name, const_value=tensor)
+    value.type, value.shape = ir.TensorType(dtype), ir.Shape(dims)
+    return value
+
+
+@pytest.mark.parametrize("op", ["Mul", "Reshape"])
+def test_small_external_constants_share_a_signature_by_type_and_dims(
+    inferences: list[str], op: str
+) -> None:
+    """Inference sees a reference, never the bytes (it refuses to read them): two small
+    external constants of one type and dims, in other places, get one inference, and
+    the types each would get alone."""
+    dtype = ir.DataType.FLOAT if op == "Mul" else ir.DataType.INT64
+    dims = [4] if op == "Mul" else [2]
+    memo: dict[object, object] = {}
+    nodes = []
+    for index in range(2):
+        constant = _external(f"scale_{index}", 4096 * index, dims, dtype)
+        nodes.append(ir.Node("", op, [_value(f"x{index}", ["batch", 4]), constant]))
+        _infer(nodes[-1], memo)
+    assert inferences == [op]
+    alone = ir.Node("", op, [_value("x", ["batch", 4]), _external("other", 64, dims, dtype)])
+    _infer(alone, {})  # not memoized: inferred on its own
+    for node in nodes:
+        assert node.outputs[0].type == alone.outputs[0].type
+        assert node.outputs[0].shape == alone.outputs[0].shape
+    if op == "Reshape":  # the target's data is not read: nothing inferred
+        assert alone.outputs[0].type is None
+    else:
+        assert alone.outputs[0].shape == ir.Shape(["batch", 4])
+    wider = ir.Node("", op, [_value("y", ["batch", 4]), _external("w", 0, [1, *dims], dtype)])
+    _infer(wider, memo)  # other dims: inferred again
+    assert inferences.count(op) == 3

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import onnx
 import onnx.helper as oh
+import onnx_ir as ir
 import pytest
 from onnx import TensorProto, numpy_helper
 
-from onnxscript_ep_passes.model_files.output_check import check_output
+from onnxscript_ep_passes.model_files import output_check
+from onnxscript_ep_passes.model_files.output_check import check_output, check_serialized
+from onnxscript_ep_passes.model_files.serialize import SerializedModel, serialize_parts
 from tests.harness import make_model
 
 X = oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
@@ -103,3 +107,53 @@ def test_checked_copy_from_the_bytes_is_the_one_made_by_walking(tmp_path: Path, 
         external = kind == "flat_constant_external"
         assert (constant.data_location == TensorProto.EXTERNAL) == external
         assert from_bytes.graph.node[0].attribute[0].t.data_location == TensorProto.DEFAULT
+
+
+def _parts(proto: onnx.ModelProto) -> tuple[SerializedModel, bytes]:
+    model = ir.serde.deserialize_model(proto)
+    parts = serialize_parts(model)
+    return parts, parts.data()
+
+
+def _outcome(check: Callable[[], None]) -> str:
+    try:
+        check()
+    except ValueError as error:
+        return str(error)
+    return "passed"
+
+
+@pytest.mark.parametrize(
+    "kind", ["flat", "flat_constant_external", "subgraphs", "refused", "ort_op", "opset_missing"]
+)
+def test_the_serialized_check_is_the_proto_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """check_serialized, whichever way it checks, says what check_output says."""
+    monkeypatch.chdir(tmp_path.parent)
+    if kind == "subgraphs":
+        proto = _external(tmp_path)
+    elif kind in ("refused", "ort_op"):
+        w = numpy_helper.from_array(np.ones((3 if kind == "refused" else 4, 4), np.float32), "w")
+        op = "MatMul" if kind == "refused" else "SimplifiedLayerNormalization"
+        nodes = [oh.make_node("Relu", ["x"], ["r"]), oh.make_node(op, ["r", "w"], ["y"])]
+        proto = make_model(nodes, [X], [Y], 24, initializers=[w])
+    else:
+        proto = _flat_external(tmp_path, constant_external=kind == "flat_constant_external")
+        if kind == "opset_missing":
+            del proto.opset_import[:]
+    parts, data = _parts(proto)
+    assert bool(parts.nodes) == (kind != "subgraphs")  # held apart unless a node holds a graph
+    out = tmp_path / "o.onnx"
+    full = onnx.ModelProto.FromString(data)
+    expected = _outcome(lambda: check_output(full, out, data))
+    if kind in ("flat", "refused", "opset_missing"):  # checked from the bytes, no proto built
+
+        def whole_proto_checked(*args: object) -> None:
+            raise AssertionError("the whole proto was checked")
+
+        monkeypatch.setattr(output_check, "check_output", whole_proto_checked)
+    assert _outcome(lambda: check_serialized(parts, data, out)) == expected
+    passing = ("flat", "flat_constant_external", "subgraphs", "ort_op")
+    assert (expected == "passed") == (kind in passing), expected
+    assert parts.data() == data  # the shell is not changed

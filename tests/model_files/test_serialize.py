@@ -8,11 +8,16 @@ import onnx_ir as ir
 import pytest
 
 from onnxscript_ep_passes.core.onnx_utils import point_external_data
-from onnxscript_ep_passes.model_files.serialize import serialize_model
+from onnxscript_ep_passes.model_files.serialize import (
+    serialize_model,
+    serialize_parts,
+    splice_graph_entries,
+)
 
 
 def _same(model: ir.Model) -> None:
     expected = ir.serde.serialize_model(model).SerializeToString()
+    assert serialize_parts(model).data() == expected  # spliced, the nodes' proto never built
     assert serialize_model(model).SerializeToString() == expected
 
 
@@ -57,6 +62,9 @@ def test_a_repeated_body_is_written_as_onnx_ir_writes_it() -> None:
     graph.append(seq)
     seq.outputs[0].type = ir.SequenceType(ir.TensorType(ir.DataType.FLOAT))
     graph.append(ir.node("Relu", [graph.inputs[0]], name="named", doc_string="doc"))
+    noted = ir.node("Neg", [graph.inputs[0]])
+    graph.append(noted)
+    noted.outputs[0].metadata_props["note"] = "kept"  # an untyped output with metadata
     _same(model)
 
 
@@ -118,3 +126,51 @@ def test_a_location_points_every_graphs_external_initializers_at_it() -> None:
     got = serialize_model(model, "out.onnx.data")
     assert got.SerializeToString() == expected.SerializeToString()
     assert "out.onnx.data" in str(got.graph.node[-1].attribute[0].g.initializer[0])
+
+
+def test_the_nodes_are_held_apart_and_spliced_where_protobuf_writes_them() -> None:
+    model, graph, _ = _model()
+    graph.doc_string = "field 10: before the value_info"
+    graph.metadata_props["k"] = "v"  # field 16: after the value_info
+    graph.outputs[0].doc_string = "a graph output"
+    parts = serialize_parts(model, "w.data")
+    assert parts.nodes and parts.value_info and not parts.shell.graph.node
+    assert parts.ops == {("", "Constant"), ("", "Mul"), ("", "Add")}
+    expected = serialize_model(model, "w.data").SerializeToString()
+    assert parts.data() == expected
+    assert parts.proto().SerializeToString() == expected  # merged into the shell, once
+    assert parts.data() == expected and not parts.nodes
+
+
+def test_splicing_declines_bytes_it_cannot_place() -> None:
+    parts = serialize_parts(_model()[0])
+    shell = parts.shell.SerializeToString()
+    graph = parts.shell.graph.SerializeToString()
+    assert splice_graph_entries(shell, parts.nodes, parts.value_info) is not None
+    twice = shell + b"\x3a" + bytes([len(graph)]) + graph if len(graph) < 128 else b"\xff"
+    assert splice_graph_entries(twice, parts.nodes, parts.value_info) is None  # two graphs
+    opset_first = parts.shell.opset_import[0].SerializeToString()
+    reordered = b"\x42" + bytes([len(opset_first)]) + opset_first + shell
+    assert splice_graph_entries(reordered, parts.nodes, parts.value_info) is None
+    assert splice_graph_entries(shell[:-1], parts.nodes, parts.value_info) is None  # cut short
+    with_node = onnx.ModelProto()
+    with_node.CopyFrom(parts.shell)
+    with_node.graph.node.add(op_type="Relu")
+    data = with_node.SerializeToString()
+    assert splice_graph_entries(data, parts.nodes, parts.value_info) is None  # a node in it
+
+
+def test_writing_makes_no_empty_metadata_store() -> None:
+    """onnx-ir makes ``meta`` and ``metadata_props`` on their first read: the writer reads
+    the slots behind them (this onnx-ir has them), and a quantization annotation in an
+    existing store is still seen (test_what_onnx_ir_orders_otherwise_falls_back_to_it)."""
+    model, graph, _ = _model()
+    serialize_parts(model).data()
+    for node in graph:
+        for out in node.outputs:
+            if out.is_graph_output():
+                continue  # onnx-ir's serializer writes it, and reads its meta
+            assert getattr(out, "_metadata", "no slot") is None
+            assert getattr(out, "_metadata_props", "no slot") is None
+    graph.node(1).outputs[0].meta["other"] = 1  # a store with other keys: written as before
+    _same(model)

@@ -42,7 +42,10 @@ import onnx
 
 from onnxscript_ep_passes.core.onnx_utils import point_external_data
 from onnxscript_ep_passes.core.signals import deferred
-from onnxscript_ep_passes.model_files.output_check import check_output
+from onnxscript_ep_passes.model_files.output_check import check_output, check_serialized
+from onnxscript_ep_passes.model_files.serialize import SerializedModel
+
+_PROTOBUF_LIMIT = 2**31 - 2**24  # near protobuf's 2 GB: the proto path, which refuses as it does
 
 logger = logging.getLogger(__name__)
 
@@ -161,12 +164,25 @@ class Stage:
             if not (self.directory / name).exists():
                 return name
 
-    def write_graph(self, proto: onnx.ModelProto) -> None:
+    def write_graph(self, proto: onnx.ModelProto | SerializedModel) -> None:
+        """Write the graph file, checked first (:mod:`.output_check`); a
+        :class:`~.serialize.SerializedModel` is written from its bytes (one of protobuf's
+        2 GB or more from its proto, which refuses it as protobuf does)."""
+        if isinstance(proto, SerializedModel):
+            data = proto.data()
+            if len(data) < _PROTOBUF_LIMIT:
+                check_serialized(proto, data, self.out)
+                self._write_bytes(data)
+                return
+            proto = proto.proto()
         try:
             data = proto.SerializeToString()
         except ValueError as error:  # protobuf's 2 GB limit
             raise ValueError(f"cannot serialize the model: {_one_line(error)}") from None
         check_output(proto, self.out, data)
+        self._write_bytes(data)
+
+    def _write_bytes(self, data: bytes) -> None:
         with open(self.graph, "wb") as file:
             file.write(data)
             file.flush()

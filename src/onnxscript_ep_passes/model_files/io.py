@@ -80,7 +80,7 @@ from onnxscript_ep_passes.model_files.atomic import permission_mask
 from onnxscript_ep_passes.model_files.external_data_checks import check_external_data
 from onnxscript_ep_passes.model_files.model_checks import check_model_proto
 from onnxscript_ep_passes.model_files.paths import read_regular_file, same_file
-from onnxscript_ep_passes.model_files.serialize import serialize_model
+from onnxscript_ep_passes.model_files.serialize import SerializedModel, serialize_parts
 
 logger = logging.getLogger(__name__)
 
@@ -271,9 +271,10 @@ def _single_source(tensors: list[ir.TensorProtocol]) -> Path | None:
     return next(iter(sources)) if len(sources) == 1 else None
 
 
-def serialize_pointing_at(model: ir.Model, location: str | None) -> onnx.ModelProto:
-    """The model's proto; external references renamed to ``location`` when given."""
-    return serialize_model(model, location)
+def serialize_pointing_at(model: ir.Model, location: str | None) -> SerializedModel:
+    """The model serialized (:func:`~.serialize.serialize_parts`); external references
+    renamed to ``location`` when given."""
+    return serialize_parts(model, location)
 
 
 def copy_file_source(model: ir.Model, external_data: bool | None = None) -> tuple[Path, int] | None:
@@ -372,7 +373,7 @@ def _write(
         if any(isinstance(t, ir.ExternalTensor) for t in _all_tensors(model)):
             ir.external_data.load_to_model(model)
         logger.debug("saving %s with the weights inline", out)
-        stage.write_graph(serialize_model(model))
+        stage.write_graph(serialize_parts(model))
         return None, keep
     if weights == "reference":
         logger.debug("saving %s; weights referenced in place", out)

@@ -51,6 +51,7 @@ from onnxscript_ep_passes.model_files.io import (
     serialize_pointing_at,
 )
 from onnxscript_ep_passes.model_files.paths import same_file
+from onnxscript_ep_passes.model_files.serialize import SerializedModel
 
 
 def _external_location(tensor: onnx.TensorProto) -> str | None:
@@ -219,7 +220,7 @@ class ProtoSave:
             point_external_data(proto, self._name)
         self._commit_pointed(proto)
 
-    def _commit_pointed(self, proto: onnx.ModelProto) -> None:
+    def _commit_pointed(self, proto: onnx.ModelProto | SerializedModel) -> None:
         """:meth:`commit` of a ``proto`` already pointing at the staged data file."""
         try:
             self._stage.write_graph(proto)
