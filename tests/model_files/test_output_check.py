@@ -102,6 +102,10 @@ def test_checked_copy_from_the_bytes_is_the_one_made_by_walking(tmp_path: Path, 
     walked = _checkable(proto)
     from_bytes = _checkable(proto, proto.SerializeToString())
     assert from_bytes.SerializeToString() == walked.SerializeToString()
+    spent = onnx.ModelProto()
+    spent.CopyFrom(proto)  # a spent proto is set aside in place: the same model checked
+    in_place = _checkable(spent, spent.SerializeToString(), spent=True)
+    assert in_place is spent and in_place.SerializeToString() == walked.SerializeToString()
     if kind != "subgraphs":
         constant = proto.graph.node[0].attribute[0].t
         external = kind == "flat_constant_external"

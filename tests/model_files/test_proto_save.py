@@ -192,8 +192,10 @@ def test_commit_checks_the_graph_while_the_copy_runs(
     checked = threading.Event()
     check_output, copy_range = atomic.check_output, atomic.Stage.copy_range
 
-    def check(proto: onnx.ModelProto, out: Path, data: bytes | None = None) -> None:
-        check_output(proto, out, data)
+    def check(
+        proto: onnx.ModelProto, out: Path, data: bytes | None = None, *, spent: bool = False
+    ) -> None:
+        check_output(proto, out, data, spent=spent)
         checked.set()
 
     def copy_after_the_check(self: atomic.Stage, *args: Any) -> bool:
@@ -225,7 +227,9 @@ def test_commit_refused_by_the_checker_leaves_nothing(
 
     path = _weighted(tmp_path)
 
-    def refuse(proto: onnx.ModelProto, out: Path, data: bytes | None = None) -> None:
+    def refuse(
+        proto: onnx.ModelProto, out: Path, data: bytes | None = None, *, spent: bool = False
+    ) -> None:
         raise ValueError("refused by the checker")
 
     def fail(self: atomic.Stage, *args: Any) -> bool:

@@ -7,6 +7,7 @@ returns)."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -93,6 +94,43 @@ def test_the_chosen_legalized_model_is_the_one_the_search_built() -> None:
     assert isinstance(result, EpLoweringResult) and result.choice is not None
     after = result.choice.after
     assert _records(predict_placement(result.model, table)) == _records(after)
+
+
+@pytest.mark.parametrize("target", [None, 23])
+def test_the_last_candidate_keeps_the_working_copy_itself(
+    monkeypatch: pytest.MonkeyPatch, target: int | None
+) -> None:
+    # The last candidate made on the working copy (the floor, or the one target) gets
+    # the working copy itself as its model when it is the best so far: no copy is made,
+    # and the model is the one a rebuild makes, and runs as the original does.
+    import onnxscript_ep_passes.passes.candidates as candidates
+
+    original, table = gelu_neg_model(), no_gelu_table()
+    model = ir.from_proto(original)
+    copies: list[ir.Model] = []
+    real_copy = candidates.copy_with_origins
+
+    def counted(m: ir.Model) -> object:
+        copies.append(m)
+        return real_copy(m)
+
+    monkeypatch.setattr(candidates, "copy_with_origins", counted)
+    choice, kept, search = _search(model, table, target, 23, True, SearchSettings())
+    if target is None:  # 24 (the source, legalized on a copy) wins the tie with 23
+        assert choice.chosen_opset == 24 and copies == [model]
+        return
+    assert choice.chosen_opset == 23 and choice.legalized and kept is not None
+    assert copies == []  # work itself, not a copy of it
+    assert kept is search.legalized[23].model and kept is not model
+    rebuilt = search.model_of(model, dataclasses.replace(search.legalized[23], model=None))
+    assert _ops(rebuilt) == _ops(kept) and ir.to_proto(rebuilt) == ir.to_proto(kept)
+    assert _records(predict_placement(kept, table)) == _records(choice.after)
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)}
+    expected, _ = run_model(original, feeds)
+    actual, how = run_model(ir.to_proto(kept), feeds)
+    assert how == "onnxruntime"
+    np.testing.assert_allclose(actual[0], expected[0], rtol=1e-6, atol=1e-6)
+    assert _ops(model) == {"Gelu": 1, "Neg": 1}  # the model searched is untouched
 
 
 def _records(prediction: PlacementPrediction) -> list[tuple[object, ...]]:

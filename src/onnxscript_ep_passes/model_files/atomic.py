@@ -164,22 +164,23 @@ class Stage:
             if not (self.directory / name).exists():
                 return name
 
-    def write_graph(self, proto: onnx.ModelProto | SerializedModel) -> None:
+    def write_graph(self, proto: onnx.ModelProto | SerializedModel, *, spent: bool = False) -> None:
         """Write the graph file, checked first (:mod:`.output_check`); a
         :class:`~.serialize.SerializedModel` is written from its bytes (one of protobuf's
-        2 GB or more from its proto, which refuses it as protobuf does)."""
+        2 GB or more from its proto, which refuses it as protobuf does). ``spent``: the
+        caller needs a ``proto`` no more, so the check may change it."""
         if isinstance(proto, SerializedModel):
             data = proto.data()
             if len(data) < _PROTOBUF_LIMIT:
                 check_serialized(proto, data, self.out)
                 self._write_bytes(data)
                 return
-            proto = proto.proto()
+            proto, spent = proto.proto(), True  # made here: no one else holds it
         try:
             data = proto.SerializeToString()
         except ValueError as error:  # protobuf's 2 GB limit
             raise ValueError(f"cannot serialize the model: {_one_line(error)}") from None
-        check_output(proto, self.out, data)
+        check_output(proto, self.out, data, spent=spent)
         self._write_bytes(data)
 
     def _write_bytes(self, data: bytes) -> None:

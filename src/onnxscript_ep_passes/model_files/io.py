@@ -377,7 +377,7 @@ def _write(
         return None, keep
     if weights == "reference":
         logger.debug("saving %s; weights referenced in place", out)
-        stage.write_graph(serialize_pointing_at(model, None))
+        stage.write_graph(serialize_pointing_at(model, None), spent=True)
         return None, keep | {f.name for f in read}
     found = _copied_range(tensors) if weights == "copy_file" else None
     source = None if found is None else found[0]
@@ -392,14 +392,14 @@ def _write(
     ):
         # The source data file already is this output's: the new graph points at it.
         logger.debug("saving %s; its data file %s is kept as it is", out, source.name)
-        stage.write_graph(serialize_pointing_at(model, None))
+        stage.write_graph(serialize_pointing_at(model, None), spent=True)
         return None, keep | {source.name}
     name = stage.data_name(read)
     if found is not None:
         source, end = found
         logger.debug("saving %s; weights copied from %s (%d bytes)", out, source, end)
         stage.copy_range(source, end, name)
-        stage.write_graph(serialize_pointing_at(model, name))
+        stage.write_graph(serialize_pointing_at(model, name), spent=True)
         return name, keep
     logger.debug("saving %s with external data %s", out, name)
     ir.save(model, stage.graph, external_data=name)

@@ -10,8 +10,9 @@ early weights copy):
 * The main graph's inputs and outputs must each have a type, and a tensor type a shape
   (its rank; dimensions may be unknown), as the checker requires; the message names the
   value (the checker's own does not).
-* What the checker cannot judge is set aside, in a copy made only when needed, never in
-  the model written: external data files (written and checked by this package; given
+* What the checker cannot judge is set aside, in a copy made only when needed (or in the
+  proto itself when its caller needs it no more, having serialized it), never in the
+  model written: external data files (written and checked by this package; given
   bytes, the checker would look for them relative to the working directory) are replaced
   by graph inputs of the same type and shape (an initializer in a subgraph is read from
   the main graph, names being unique across scopes), and an external tensor in an
@@ -120,15 +121,21 @@ def _signature_problem(graph: onnx.GraphProto) -> str | None:
     return None
 
 
-def _checkable(proto: onnx.ModelProto, data: bytes | None = None) -> onnx.ModelProto:
-    """A copy of ``proto`` with what the checker cannot judge set aside (module rules).
+def _checkable(
+    proto: onnx.ModelProto, data: bytes | None = None, *, spent: bool = False
+) -> onnx.ModelProto:
+    """A copy of ``proto`` with what the checker cannot judge set aside (module rules);
+    ``proto`` itself, so changed, when ``spent`` (its caller needs it no more).
 
     Copying (in C) costs less than a second walk over the graphs in Python, so the copy
     is made first and walked once. ``data``, ``proto`` serialized, spares walks over
     every node's attributes where its bytes show they would find nothing
     (:func:`_walks_needed`)."""
-    copy = onnx.ModelProto()
-    copy.CopyFrom(proto)
+    if spent:
+        copy = proto
+    else:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(proto)
     graphs: list[onnx.GraphProto] = []
     nodes: list[onnx.NodeProto] = []
     external: list[onnx.TensorProto] = []
@@ -219,10 +226,15 @@ def _set_ort_ops_aside(proto: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> N
             imports.append(onnx.helper.make_opsetid(ORT_DEFAULT_DOMAIN_STANDIN, 1))
 
 
-def check_output(proto: onnx.ModelProto, out: Path, data: bytes | None = None) -> None:
+def check_output(
+    proto: onnx.ModelProto, out: Path, data: bytes | None = None, *, spent: bool = False
+) -> None:
     """Raise ValueError (one line) when ``proto``, to be written to ``out``, fails the
-    module's rules; ``data``: ``proto`` serialized, when the caller has it."""
-    _check(proto.graph, lambda: _checkable(proto, data), out)
+    module's rules; ``data``: ``proto`` serialized, when the caller has it. ``spent``:
+    the caller needs ``proto`` no more (it writes ``data``): what the checker cannot
+    judge is set aside in ``proto`` itself, not in a copy (the model checked is the same,
+    without a second copy of the graph in memory)."""
+    _check(proto.graph, lambda: _checkable(proto, data, spent=spent), out)
 
 
 def _check(
@@ -259,7 +271,7 @@ def check_serialized(model: SerializedModel, data: bytes, out: Path) -> None:
     ):
         full = onnx.ModelProto()
         full.ParseFromString(data)
-        check_output(full, out, data)
+        check_output(full, out, data, spent=True)  # made here: set aside in place
         return
     _check(shell.graph, lambda: model.data(_checkable(shell)), out)
 

@@ -220,10 +220,13 @@ class ProtoSave:
             point_external_data(proto, self._name)
         self._commit_pointed(proto)
 
-    def _commit_pointed(self, proto: onnx.ModelProto | SerializedModel) -> None:
-        """:meth:`commit` of a ``proto`` already pointing at the staged data file."""
+    def _commit_pointed(
+        self, proto: onnx.ModelProto | SerializedModel, *, spent: bool = False
+    ) -> None:
+        """:meth:`commit` of a ``proto`` already pointing at the staged data file;
+        ``spent``: one made here, which the check may change (its bytes are written)."""
         try:
-            self._stage.write_graph(proto)
+            self._stage.write_graph(proto, spent=spent)
         except Exception:
             self._wait()
             if self._failure is not None:
@@ -251,7 +254,7 @@ class ProtoSave:
             data = self._stage.path / self._name
             os.truncate(data, found[1])
             self._stage.sync(self._name)
-        self._commit_pointed(serialize_pointing_at(model, self._name))
+        self._commit_pointed(serialize_pointing_at(model, self._name), spent=True)
         return True
 
     def __enter__(self) -> ProtoSave:

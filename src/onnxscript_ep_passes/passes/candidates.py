@@ -213,11 +213,19 @@ class CandidateSearch:
         plain: Candidate,
         built: set[ir.Node],
         replaced: int,
+        *,
+        last: bool = False,
     ) -> None:
         """Legalize ``work`` (the model ``plain`` was predicted on) in place, record the
         candidate, and put ``work`` back as it was: the edits are logged and undone
-        (:class:`~onnxscript_ep_passes.core.checkpoint.EditLog`), not the model recorded."""
+        (:class:`~onnxscript_ep_passes.core.checkpoint.EditLog`), not the model recorded.
+
+        ``last``: the caller needs ``work`` no more (the search's last candidate on its
+        working copy). When this candidate is then the best so far, ``work`` itself,
+        legalized, becomes its model (not put back): the copy it would get is the same
+        model, so making one would only cost its time and memory."""
         log = EditLog()
+        spent = False  # work became the candidate's model: not put back
         try:
             ordered = [n for n in walk(work.graph)[0] if n in built]
             result = legalize(
@@ -249,10 +257,16 @@ class CandidateSearch:
                 self.legalized[plain.opset] = candidate
                 if self.keep_models:
                     candidate.model = copy_with_origins(work)[0]
-                # The best so far: its model is the legalized copy, before it is put back.
-                self._offer(candidate, lambda: copy_with_origins(work)[0])
+                # The best so far: its model is the legalized copy, before it is put back
+                # (or work itself, when it is the last candidate made on it).
+                if last and not self.keep_models:
+                    self._offer(candidate, lambda: work)
+                    spent = candidate.model is work
+                else:
+                    self._offer(candidate, lambda: copy_with_origins(work)[0])
         finally:  # the caller's model (the source candidate) is left as it was, even on error
-            log.restore()
+            if not spent:
+                log.restore()
             collect_young()  # what the trials built and predicted
 
     def model_of(self, model: ir.Model, chosen: Candidate) -> ir.Model:

@@ -40,7 +40,8 @@ Rules the pass follows:
    then plain before legalized. Among plain candidates this picks what
    rule 3 picks (lowering further never replaces fewer nodes), and a node the EP runs is
    never expanded. The search keeps a copy of the legalized candidate that is the best
-   so far (made before the working copy is put back) and drops the one it beat, so it
+   so far (made before the working copy is put back; for the last candidate made on the
+   working copy, the working copy itself, not put back) and drops the one it beat, so it
    holds at most two candidates' models besides the working copy; the chosen legalized
    candidate's model is that copy, the model the pass keeps (its graph is moved into the
    model object), not rebuilt or priced again. (Only when dominance brings back a
@@ -161,7 +162,7 @@ def _search(
         state = WorkState(origin)
         plain = search.lower_and_predict(work, target_opset, state)
         if legalize:
-            search.add_legalized(work, plain, state.built, len(state.replaced))
+            search.add_legalized(work, plain, state.built, len(state.replaced), last=True)
     elif not _wholly_on_ep(source_plain.prediction):
         work, origin = copy_with_origins(model)
         freeze_young()
@@ -176,7 +177,8 @@ def _search(
             if _wholly_on_ep(plain.prediction):
                 break  # no lower opset can do better: ties go to the higher opset
             if legalize:
-                search.add_legalized(work, plain, state.built, len(state.replaced))
+                last = opset == floor  # the working copy is not lowered again
+                search.add_legalized(work, plain, state.built, len(state.replaced), last=last)
     pool = search.pool()
     chosen = search.chosen()
     measured: dict[CandidateKey, CandidateMeasurement] = {}
