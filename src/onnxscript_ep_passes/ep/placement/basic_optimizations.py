@@ -126,11 +126,10 @@ def apply_basic_optimizations(scope: FlatScope) -> list[RemovedNode]:
     """ORT's level-1 optimizations on one scope (module docstring); the nodes removed."""
     removed: list[RemovedNode] = []
     state = ScopeEdits(scope, removed)
-    # The inference walks the nodes ORT does not insert or inline; where that is every
-    # node, its order is the memoized order of the live nodes (no node is removed when
-    # it runs: at load, and after state.finish()).
-    order = None if any(n.inlined_by_ort or n.inserted for n in scope.nodes) else state.order
-    shapes = LoadShapes.of(scope, order)  # ORT's inference at load
+    # The inference walks the nodes ORT does not insert or inline, in any topological
+    # order of them (its result is the same in each: .load_shapes); no node is removed
+    # when it runs (at load, and after state.finish()).
+    shapes = LoadShapes.of(scope, state.inference_order)  # ORT's inference at load
     for _ in range(_MAX_ROUNDS):
         changed = _eliminate_redundant(state)
         changed |= _share_constants(state)

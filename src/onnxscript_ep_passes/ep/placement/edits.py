@@ -14,6 +14,11 @@ Shared by :mod:`.basic_optimizations` and :mod:`.basic_fusions`. Rules:
   inlines at the end; here they stand where their call was). :meth:`ScopeEdits.order`
   memoizes it for the scope's live nodes: reused until the node list changes or the
   wiring is edited, which only :class:`ScopeEdits`' methods do (each counts the edit).
+- Where any topological order will do (every node after its producers among the nodes
+  walked: ORT's inference, :mod:`.load_shapes`), :meth:`ScopeEdits.inference_order`
+  gives the last ORT order computed, though edits made it stale, filtered to the nodes
+  walked, once :func:`topological_order` has checked it is one (each node's producers
+  among them before it, all of them there); else ORT's order afresh.
 - Shapes are the model's own (the IR value's shape), or ORT's where its inference knows
   what the model does not say (:mod:`.load_shapes`); a constant's data is an
   initializer's or a ``Constant``'s attribute, or what folding computed where
@@ -31,6 +36,7 @@ __all__ = [
     "has_subgraph",
     "ort_topological_order",
     "static_shape",
+    "topological_order",
 ]
 
 from collections.abc import Hashable
@@ -81,6 +87,21 @@ class ScopeEdits:
             self._order = ort_topological_order([n for n in nodes if n not in self.gone])
             self._order_of = (self.edits, nodes, len(nodes))
         return self._order
+
+    def inference_order(self) -> list[FlatNode]:
+        """A topological order of the live nodes ORT's inference walks (those neither
+        inlined by ORT nor inserted), not necessarily ORT's (module docstring): the last
+        :meth:`order` computed, stale or not, filtered to them, where
+        :func:`topological_order` finds it is one; else, where every node is walked,
+        :meth:`order` (memoized, for the next caller), or ORT's order of the walked ones."""
+        nodes = [n for n in self.scope.nodes if not n.inlined_by_ort and not n.inserted]
+        walked_all = len(nodes) == len(self.scope.nodes)
+        if walked_all and self._order_valid():
+            return self._order
+        found = topological_order(nodes, self._order) if self._order else None
+        if found is not None:
+            return found
+        return self.order() if walked_all else ort_topological_order(nodes)
 
     def _order_valid(self) -> bool:
         edits, nodes, count = self._order_of
@@ -256,3 +277,24 @@ def ort_topological_order(nodes: list[FlatNode]) -> list[FlatNode]:
             producers = sorted(set(producers))
         stack.extend(producers)
     return order
+
+
+def topological_order(nodes: list[FlatNode], hint: list[FlatNode]) -> list[FlatNode] | None:
+    """``hint`` filtered to ``nodes`` where that holds every node of ``nodes`` and lists
+    each after its producers among ``nodes`` (a topological order of them, not
+    necessarily ORT's); else None. ``hint`` must not list a node twice (an order
+    :func:`ort_topological_order` gave does not)."""
+    members = set(nodes)
+    candidate = [n for n in hint if n in members]
+    if len(candidate) != len(nodes):
+        return None
+    place = {node: i for i, node in enumerate(candidate)}
+    find = place.get
+    for i, node in enumerate(candidate):
+        for value in node.inputs:
+            producer = None if value is None else value.producer
+            if producer is not None:
+                j = find(producer)
+                if j is not None and j >= i:
+                    return None
+    return candidate

@@ -13,6 +13,12 @@ placement prediction. Rules (measured on ORT 1.32):
   constant inputs is given to it (initializers, ``Constant`` outputs and values computed
   by folding, of at most :data:`DATA_LIMIT` elements): a ``Reshape`` or ``Pad`` whose
   shape input is constant has a static output.
+- Any topological order of the nodes inferred gives the same shapes (the predictor's
+  walk, :meth:`LoadShapes.resolve`, need not be ORT's): a node's inference reads only its
+  inputs, which only their producers' inference writes, each once per walk, before it;
+  a producer the walk leaves out (a node ORT inserts or inlines later) writes nothing.
+  The inference memo's contents do not change what a node infers. Folding's walk
+  (:meth:`LoadShapes.update`) is ORT's own order: which nodes it infers again depends on it.
 - Without data propagation: a shape computed from another value's shape (``Shape`` ->
   ``Gather`` -> ``Mul`` -> ``Concat`` -> ``Reshape``) is not known until that arithmetic
   has been folded (measured: ORT keeps a ``Shape`` of such a ``Reshape`` of a dynamic
@@ -119,8 +125,8 @@ class LoadShapes:
         cls, scope: FlatScope, order: Callable[[], list[FlatNode]] | None = None
     ) -> LoadShapes | None:
         """The inference at load, or None where it does not run (module docstring).
-        ``order``, where given, gives ORT's topological order of the nodes
-        :meth:`resolve` infers (a memo of it); else :meth:`resolve` computes it."""
+        ``order``, where given, gives a topological order of the nodes :meth:`resolve`
+        infers (any: module docstring); else :meth:`resolve` computes ORT's."""
         if not any(
             o is not None and o.ir_value is not None and o.ir_value.shape is None
             for n in scope.nodes
