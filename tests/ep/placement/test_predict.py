@@ -7,8 +7,9 @@ function each stands for, the order), with its Memcpy estimate, the nodes ORT re
 the cost to the last digit, on the benchmark decoder (as written, and lowered to the
 opsets whose schema bodies ORT inlines) and on the test models:
 
-- ORT's inference (:class:`~.load_shapes.LoadShapes`) walks the last ORT order computed,
-  filtered, where it is a topological order (:meth:`~.edits.ScopeEdits.inference_order`);
+- ORT's inference (:class:`~.load_shapes.LoadShapes`) walks the last ORT order computed
+  or the scope's node list, filtered, where it is a topological order
+  (:meth:`~.edits.ScopeEdits.inference_order`);
   plainly, ORT's order of the walked nodes, computed afresh at each walk. That the
   inference's shapes are the same in any topological order is checked on its own, with
   random orders (and a walk that is not one, which gives other shapes).
@@ -108,7 +109,7 @@ def test_the_decoder_is_predicted_as_plainly(
     _assert_same_as_plain(model, plain)
 
 
-def test_the_lowered_decoder_walks_a_stale_order(
+def test_the_lowered_decoder_walks_a_hint(
     decoder_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The shortcut is taken on the decoder lowered to 22 (the test above compares it)."""

@@ -16,9 +16,10 @@ Shared by :mod:`.basic_optimizations` and :mod:`.basic_fusions`. Rules:
   wiring is edited, which only :class:`ScopeEdits`' methods do (each counts the edit).
 - Where any topological order will do (every node after its producers among the nodes
   walked: ORT's inference, :mod:`.load_shapes`), :meth:`ScopeEdits.inference_order`
-  gives the last ORT order computed, though edits made it stale, filtered to the nodes
-  walked, once :func:`topological_order` has checked it is one (each node's producers
-  among them before it, all of them there); else ORT's order afresh.
+  gives the last ORT order computed, though edits made it stale, or the scope's node
+  list, filtered to the nodes walked, once :func:`topological_order` has checked it is
+  one (each node's producers among them before it, all of them there); else ORT's order
+  afresh.
 - Shapes are the model's own (the IR value's shape), or ORT's where its inference knows
   what the model does not say (:mod:`.load_shapes`); a constant's data is an
   initializer's or a ``Constant``'s attribute, or what folding computed where
@@ -91,16 +92,18 @@ class ScopeEdits:
     def inference_order(self) -> list[FlatNode]:
         """A topological order of the live nodes ORT's inference walks (those neither
         inlined by ORT nor inserted), not necessarily ORT's (module docstring): the last
-        :meth:`order` computed, stale or not, filtered to them, where
+        :meth:`order` computed, stale or not, or else the scope's node list (a model's
+        graph lists its nodes in a topological order), filtered to them, where
         :func:`topological_order` finds it is one; else, where every node is walked,
         :meth:`order` (memoized, for the next caller), or ORT's order of the walked ones."""
         nodes = [n for n in self.scope.nodes if not n.inlined_by_ort and not n.inserted]
         walked_all = len(nodes) == len(self.scope.nodes)
         if walked_all and self._order_valid():
             return self._order
-        found = topological_order(nodes, self._order) if self._order else None
-        if found is not None:
-            return found
+        for hint in (self._order, self.scope.nodes):
+            found = topological_order(nodes, hint) if hint else None
+            if found is not None:
+                return found
         return self.order() if walked_all else ort_topological_order(nodes)
 
     def _order_valid(self) -> bool:
