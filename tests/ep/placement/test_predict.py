@@ -13,6 +13,10 @@ opsets whose schema bodies ORT inlines) and on the test models:
   plainly, ORT's order of the walked nodes, computed afresh at each walk. That the
   inference's shapes are the same in any topological order is checked on its own, with
   random orders (and a walk that is not one, which gives other shapes).
+- Common-subexpression elimination keeps the memoized ORT order through the merges
+  :meth:`~.edits.ScopeEdits.merge_keeps_order` allows (the order without the merged
+  node); plainly, every merge makes it stale. Also checked against ORT's order computed
+  afresh after the merges on random DAGs with equal nodes.
 """
 
 from __future__ import annotations
@@ -31,7 +35,10 @@ from onnxscript_ep_passes.ep.cost import placement_cost
 from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.memo import clear_caches
 from onnxscript_ep_passes.ep.names import normalize_domain
-from onnxscript_ep_passes.ep.placement import PlacementPrediction
+from onnxscript_ep_passes.ep.placement import PlacementPrediction, edits
+from onnxscript_ep_passes.ep.placement.common_subexpressions import (
+    eliminate_common_subexpressions,
+)
 from onnxscript_ep_passes.ep.placement.edits import (
     ScopeEdits,
     ort_topological_order,
@@ -44,6 +51,10 @@ from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.lowering.lower_opset import run_lowering
 from tests.ep import models
 from tests.harness import benchmark_decoder
+
+
+def _never(self: ScopeEdits, node: FlatNode, first: FlatNode) -> bool:
+    return False
 
 
 def _plain_inference_order(self: ScopeEdits) -> list[FlatNode]:
@@ -60,6 +71,7 @@ def plain() -> Iterator[Callable[[], None]]:
 
     def undo_shortcuts() -> None:
         patch.setattr(ScopeEdits, "inference_order", _plain_inference_order)
+        patch.setattr(ScopeEdits, "merge_keeps_order", _never)
 
     yield undo_shortcuts
     patch.undo()
@@ -244,3 +256,124 @@ def test_the_inference_gives_the_same_shapes_in_any_topological_order(
         assert _inferred(model, lambda nodes: _random_topological(nodes, rng)) == expected
     # A walk that is not topological learns less: the comparison can fail.
     assert _inferred(model, lambda nodes: ort_topological_order(nodes)[::-1]) != expected
+
+
+def _scope_with_equal_nodes(rng: random.Random, count: int) -> FlatScope:
+    """A DAG of Adds (IR nodes of their own), many reading the same inputs as an earlier
+    one (equal to it), the node list shuffled."""
+    scope = FlatScope("random", opset=21)
+    values = [scope.new_value(f"in{i}", "input", "tensor(float)") for i in range(3)]
+    nodes: list[FlatNode] = []
+    for i in range(count):
+        if nodes and rng.random() < 0.4:
+            inputs = list(rng.choice(nodes).inputs)  # equal to an earlier node
+        else:
+            inputs = [rng.choice(values) for _ in range(rng.randint(1, 4))]
+        ir_node = ir.Node("", "Add", inputs=[])
+        node = FlatNode(f"n{i}", "Add", "", 14, inputs, [], "random", node=ir_node)
+        for slot, value in enumerate(inputs):
+            assert value is not None
+            value.consumers.append((node, slot))
+        out = FlatValue(f"v{i}", "node", "tensor(float)", producer=node)
+        node.outputs.append(out)
+        values.append(out)
+        nodes.append(node)
+    rng.shuffle(nodes)
+    scope.nodes = nodes
+    return scope
+
+
+def test_merges_keep_the_order_they_are_allowed_to(monkeypatch: pytest.MonkeyPatch) -> None:
+    walks: list[int] = []
+    walk = edits._ort_walk
+
+    def counted(nodes: list[FlatNode]) -> tuple[object, ...]:
+        walks.append(len(nodes))
+        return walk(nodes)
+
+    monkeypatch.setattr(edits, "_ort_walk", counted)
+    kept = refused = 0
+    for seed in range(300):
+        rng = random.Random(seed)
+        scope = _scope_with_equal_nodes(rng, rng.randint(2, 60))
+        state = ScopeEdits(scope, [])
+        for _ in range(3):  # rounds: merged consumers make equal nodes of their own
+            state.order()
+            walks.clear()
+            if not eliminate_common_subexpressions(state):
+                break
+            memoized = [id(n) for n in state.order()]
+            kept += not walks
+            refused += bool(walks)
+            live = [n for n in scope.nodes if n not in state.gone]
+            assert memoized == [id(n) for n in ort_topological_order(live)], seed
+            state.finish()
+    assert kept > 10 and refused > 10  # the memo was kept through merges, and dropped
+
+
+def _add(name: str, inputs: list[FlatValue]) -> tuple[FlatNode, FlatValue]:
+    node = FlatNode(name, "Add", "", 14, list(inputs), [], "s", node=ir.Node("", "Add", inputs=[]))
+    for slot, value in enumerate(inputs):
+        value.consumers.append((node, slot))
+    out = FlatValue(f"{name}_out", "node", "tensor(float)", producer=node)
+    node.outputs.append(out)
+    return node, out
+
+
+def test_a_merge_whose_kept_node_a_consumer_reaches_first_drops_the_memo() -> None:
+    """C reads P1 and M; P1 reads X and F; F and M are equal. ORT walks C, P1, X, F (so
+    F is listed after C was reached), M: X F P1 M C. Once M is merged into F, C's
+    producers are P1 and F, and F, listed after P1, is walked first: F X P1 C, not the
+    memo without M: the merge must not keep it."""
+    scope = FlatScope("s", opset=21)
+    in0, in1 = (scope.new_value(n, "input", "tensor(float)") for n in ("in0", "in1"))
+    f, f_out = _add("F", [in0])
+    m, m_out = _add("M", [in0])
+    x, x_out = _add("X", [in1])
+    p1, p1_out = _add("P1", [x_out, f_out])
+    c, _ = _add("C", [p1_out, m_out])
+    scope.nodes = [m, p1, f, x, c]
+    state = ScopeEdits(scope, [])
+    assert [n.name for n in state.order()] == ["X", "F", "P1", "M", "C"]
+    assert not state.merge_keeps_order(m, f)
+    assert eliminate_common_subexpressions(state)
+    assert [n.name for n in state.order()] == ["F", "X", "P1", "C"]  # afresh
+    live = [n for n in scope.nodes if n not in state.gone]
+    assert [n.name for n in ort_topological_order(live)] == ["F", "X", "P1", "C"]
+
+
+def test_a_merge_into_a_node_without_consumers_drops_the_memo() -> None:
+    """F has no consumers (ORT walks it from the end, first), M feeds C with X: F X M C.
+    Once merged, F is walked from C, after X (listed after F): X F C, not F X C."""
+    scope = FlatScope("s", opset=21)
+    in0, in1 = (scope.new_value(n, "input", "tensor(float)") for n in ("in0", "in1"))
+    f, _ = _add("F", [in0])
+    m, m_out = _add("M", [in0])
+    x, x_out = _add("X", [in1])
+    c, _ = _add("C", [m_out, x_out])
+    scope.nodes = [m, c, f, x]
+    state = ScopeEdits(scope, [])
+    assert [n.name for n in state.order()] == ["F", "X", "M", "C"]
+    assert not state.merge_keeps_order(m, f)
+    assert eliminate_common_subexpressions(state)
+    assert [n.name for n in state.order()] == ["X", "F", "C"]
+
+
+def test_a_merge_that_keeps_the_order_keeps_the_memo() -> None:
+    """F is listed before C is reached and has a consumer of its own: the memo stands."""
+    scope = FlatScope("s", opset=21)
+    in0, in1 = (scope.new_value(n, "input", "tensor(float)") for n in ("in0", "in1"))
+    f, f_out = _add("F", [in0])
+    m, m_out = _add("M", [in0])
+    x, x_out = _add("X", [in1])
+    b, _ = _add("B", [f_out])
+    c, _ = _add("C", [m_out, x_out])
+    scope.nodes = [f, m, x, c, b]
+    state = ScopeEdits(scope, [])
+    assert [n.name for n in state.order()] == ["F", "B", "X", "M", "C"]
+    assert state.merge_keeps_order(m, f)
+    assert eliminate_common_subexpressions(state)
+    memo = state.order()
+    live = [n for n in scope.nodes if n not in state.gone]
+    assert [n.name for n in memo] == ["F", "B", "X", "C"]
+    assert [n.name for n in ort_topological_order(live)] == ["F", "B", "X", "C"]
