@@ -17,13 +17,15 @@ opsets whose schema bodies ORT inlines) and on the test models:
   :meth:`~.edits.ScopeEdits.merge_keeps_order` allows (the order without the merged
   node); plainly, every merge makes it stale. Also checked against ORT's order computed
   afresh after the merges on random DAGs with equal nodes.
+- Constant sharing keeps each initializer's key across rounds
+  (:attr:`~.edits.ScopeEdits.sharing_keys`); plainly, it is computed in every round.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
 
 import onnx
@@ -47,6 +49,7 @@ from onnxscript_ep_passes.ep.placement.edits import (
 from onnxscript_ep_passes.ep.placement.flatten import Flattener
 from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatScope, FlatValue
 from onnxscript_ep_passes.ep.placement.load_shapes import LoadShapes
+from onnxscript_ep_passes.ep.placement.results import RemovedNode
 from onnxscript_ep_passes.ep.table_choice import get_table
 from onnxscript_ep_passes.lowering.lower_opset import run_lowering
 from tests.ep import models
@@ -55,6 +58,21 @@ from tests.harness import benchmark_decoder
 
 def _never(self: ScopeEdits, node: FlatNode, first: FlatNode) -> bool:
     return False
+
+
+class _Forgetful(dict[FlatValue, Hashable | None]):
+    """A memo that keeps nothing: each key is computed afresh."""
+
+    def __setitem__(self, key: FlatValue, value: Hashable | None) -> None:
+        pass
+
+
+_INIT = ScopeEdits.__init__
+
+
+def _forgetful_init(self: ScopeEdits, scope: FlatScope, removed: list[RemovedNode]) -> None:
+    _INIT(self, scope, removed)
+    self.sharing_keys = _Forgetful()
 
 
 def _plain_inference_order(self: ScopeEdits) -> list[FlatNode]:
@@ -72,6 +90,7 @@ def plain() -> Iterator[Callable[[], None]]:
     def undo_shortcuts() -> None:
         patch.setattr(ScopeEdits, "inference_order", _plain_inference_order)
         patch.setattr(ScopeEdits, "merge_keeps_order", _never)
+        patch.setattr(ScopeEdits, "__init__", _forgetful_init)
 
     yield undo_shortcuts
     patch.undo()

@@ -120,6 +120,7 @@ _SHARED_TYPES = frozenset(
     }
 )
 _INT64_MAX = np.iinfo(np.int64).max
+_MISSING: Hashable = object()  # no key kept for the value
 
 
 def apply_basic_optimizations(scope: FlatScope) -> list[RemovedNode]:
@@ -258,12 +259,20 @@ def _slice_is_identity(node: FlatNode) -> bool:
 
 
 def _share_constants(state: ScopeEdits) -> bool:
+    """One round of rule 2. Each initializer's key is computed once per prediction
+    (``state.sharing_keys``): all it reads, the value's element count and its tensor's
+    type, shape and bytes, stays as it is once the value is an initializer (the model
+    is not edited while predicted; folding sets a value's count as it makes it one)."""
     shared: dict[Hashable, FlatValue] = {}
     changed = False
+    keys = state.sharing_keys
+    missing = _MISSING
     for value in state.scope.values:
         if value.kind != "initializer" or value.is_output or not value.consumers:
             continue
-        key = _sharing_key(value)
+        key = keys.get(value, missing)
+        if key is missing:
+            key = keys[value] = _sharing_key(value)
         if key is None:
             continue
         first = shared.setdefault(key, value)

@@ -82,6 +82,9 @@ class ScopeEdits:
         # node's inputs or outputs (replace, rewire_input, rewire_output) drops the key of
         # the node it changes, so a kept key is what the node would be keyed on now.
         self.cse_keys: dict[FlatNode, Hashable | None] = {}
+        # Constant sharing's key per initializer, kept across rounds (what it reads does
+        # not change once a value is an initializer: basic_optimizations._share_constants).
+        self.sharing_keys: dict[FlatValue, Hashable | None] = {}
         self.edits = 0  # bumped by every edit of the wiring (class docstring)
         self._order: list[FlatNode] = []
         self._order_of: tuple[int, list[FlatNode] | None, int] = (0, None, 0)
