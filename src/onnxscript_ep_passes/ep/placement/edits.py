@@ -66,8 +66,10 @@ class ScopeEdits:
     while the scope's node list is the same list object, of the same length, and the
     wiring is unedited: every method here that edits the wiring (:meth:`remove`,
     :meth:`replace`, :meth:`fold`, :meth:`rewire_input`, :meth:`rewire_output`) bumps
-    :attr:`edits`, which makes the memo stale. Code that edits the wiring (a node's
-    inputs or outputs, a value's producer or consumers) must do it through these methods.
+    :attr:`edits`, which makes the memo stale, except a merge that
+    :meth:`merge_keeps_order` allows, after which :meth:`merged` keeps it (module
+    docstring). Code that edits the wiring (a node's inputs or outputs, a value's
+    producer or consumers) must do it through these methods.
     The same methods drop :attr:`cse_keys`' key of each node whose inputs or outputs they
     change."""
 
