@@ -1,8 +1,8 @@
 """The prediction's shortcuts give exactly what the plain computation gives.
 
 :func:`predict_placement` takes shortcuts where it can prove the answer is the same; each
-is undone here (:func:`_plain`: the computation each replaced, put back on the class or
-module) and the prediction compared, record for record (every field, the IR node and
+is undone here (the ``plain`` fixture: the computation each replaced, put back on the
+class) and the prediction compared, record for record (every field, the IR node and
 function each stands for, the order), with its Memcpy estimate, the nodes ORT removes and
 the cost to the last digit, on the benchmark decoder (as written, and lowered to the
 opsets whose schema bodies ORT inlines) and on the test models:
@@ -136,7 +136,7 @@ def test_the_decoder_is_predicted_as_plainly(
 ) -> None:
     model = ir.load(decoder_path)
     if opset < 24:
-        run_lowering(model, opset)  # in memory, not sorted: ORT's order is computed
+        run_lowering(model, opset)  # in memory; ORT inlines schema bodies at 22 and below
     _assert_same_as_plain(model, plain)
 
 
