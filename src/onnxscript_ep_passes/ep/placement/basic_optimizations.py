@@ -120,17 +120,17 @@ _SHARED_TYPES = frozenset(
     }
 )
 _INT64_MAX = np.iinfo(np.int64).max
+_MISSING: Hashable = object()  # no key kept for the value
 
 
 def apply_basic_optimizations(scope: FlatScope) -> list[RemovedNode]:
     """ORT's level-1 optimizations on one scope (module docstring); the nodes removed."""
     removed: list[RemovedNode] = []
     state = ScopeEdits(scope, removed)
-    # The inference walks the nodes ORT does not insert or inline; where that is every
-    # node, its order is the memoized order of the live nodes (no node is removed when
-    # it runs: at load, and after state.finish()).
-    order = None if any(n.inlined_by_ort or n.inserted for n in scope.nodes) else state.order
-    shapes = LoadShapes.of(scope, order)  # ORT's inference at load
+    # The inference walks the nodes ORT does not insert or inline, in any topological
+    # order of them (its result is the same in each: .load_shapes); no node is removed
+    # when it runs (at load, and after state.finish()).
+    shapes = LoadShapes.of(scope, state.inference_order)  # ORT's inference at load
     for _ in range(_MAX_ROUNDS):
         changed = _eliminate_redundant(state)
         changed |= _share_constants(state)
@@ -259,12 +259,20 @@ def _slice_is_identity(node: FlatNode) -> bool:
 
 
 def _share_constants(state: ScopeEdits) -> bool:
+    """One round of rule 2. Each initializer's key is computed once per prediction
+    (``state.sharing_keys``): all it reads, the value's element count and its tensor's
+    type, shape and bytes, stays as it is once the value is an initializer (the model
+    is not edited while predicted; folding sets a value's count as it makes it one)."""
     shared: dict[Hashable, FlatValue] = {}
     changed = False
+    keys = state.sharing_keys
+    missing = _MISSING
     for value in state.scope.values:
         if value.kind != "initializer" or value.is_output or not value.consumers:
             continue
-        key = _sharing_key(value)
+        key = keys.get(value, missing)
+        if key is missing:
+            key = keys[value] = _sharing_key(value)
         if key is None:
             continue
         first = shared.setdefault(key, value)

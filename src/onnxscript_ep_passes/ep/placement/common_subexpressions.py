@@ -81,6 +81,7 @@ def eliminate_common_subexpressions(state: ScopeEdits) -> bool:
             continue
         if len(first.outputs) != len(node.outputs):
             continue
+        keeps_order = state.merge_keeps_order(node, first)
         for mine, theirs in zip(node.outputs, first.outputs):
             if mine is not None and theirs is not None:
                 state.replace(mine, theirs)
@@ -88,6 +89,8 @@ def eliminate_common_subexpressions(state: ScopeEdits) -> bool:
                 break
         else:
             state.remove(node, "common_subexpression")
+            if keeps_order:
+                state.merged()
             changed = True
     return changed
 

@@ -14,6 +14,21 @@ Shared by :mod:`.basic_optimizations` and :mod:`.basic_fusions`. Rules:
   inlines at the end; here they stand where their call was). :meth:`ScopeEdits.order`
   memoizes it for the scope's live nodes: reused until the node list changes or the
   wiring is edited, which only :class:`ScopeEdits`' methods do (each counts the edit).
+- Merging a node ``M`` into an equal earlier one ``F`` (same input values; ``M``'s
+  consumers read ``F``'s outputs, ``M`` goes), ORT's order becomes the memoized one
+  without ``M`` where ``F`` was listed before the walk reached each of ``M``'s consumers
+  and ``F`` has consumers of its own unless ``M`` had none
+  (:meth:`ScopeEdits.merge_keeps_order`): then the walk is the same, step for step, but
+  for ``M``'s: ``F``, and so its producers, which are ``M``'s, are listed when a consumer
+  of ``M`` reaches it, so where the old walk took ``M`` it listed ``M`` alone, and the
+  new one takes nothing; the nodes without consumers are the same but ``M``. Anything
+  else invalidates the memo.
+- Where any topological order will do (every node after its producers among the nodes
+  walked: ORT's inference, :mod:`.load_shapes`), :meth:`ScopeEdits.inference_order`
+  gives the last ORT order computed, though edits made it stale, or the scope's node
+  list, filtered to the nodes walked, once :func:`topological_order` has checked it is
+  one (each node's producers among them before it, all of them there); else ORT's order
+  afresh.
 - Shapes are the model's own (the IR value's shape), or ORT's where its inference knows
   what the model does not say (:mod:`.load_shapes`); a constant's data is an
   initializer's or a ``Constant``'s attribute, or what folding computed where
@@ -31,6 +46,7 @@ __all__ = [
     "has_subgraph",
     "ort_topological_order",
     "static_shape",
+    "topological_order",
 ]
 
 from collections.abc import Hashable
@@ -50,8 +66,10 @@ class ScopeEdits:
     while the scope's node list is the same list object, of the same length, and the
     wiring is unedited: every method here that edits the wiring (:meth:`remove`,
     :meth:`replace`, :meth:`fold`, :meth:`rewire_input`, :meth:`rewire_output`) bumps
-    :attr:`edits`, which makes the memo stale. Code that edits the wiring (a node's
-    inputs or outputs, a value's producer or consumers) must do it through these methods.
+    :attr:`edits`, which makes the memo stale, except a merge that
+    :meth:`merge_keeps_order` allows, after which :meth:`merged` keeps it (module
+    docstring). Code that edits the wiring (a node's inputs or outputs, a value's
+    producer or consumers) must do it through these methods.
     The same methods drop :attr:`cse_keys`' key of each node whose inputs or outputs they
     change."""
 
@@ -66,9 +84,18 @@ class ScopeEdits:
         # node's inputs or outputs (replace, rewire_input, rewire_output) drops the key of
         # the node it changes, so a kept key is what the node would be keyed on now.
         self.cse_keys: dict[FlatNode, Hashable | None] = {}
+        # Constant sharing's key per initializer, kept across rounds (what it reads does
+        # not change once a value is an initializer: basic_optimizations._share_constants).
+        self.sharing_keys: dict[FlatValue, Hashable | None] = {}
         self.edits = 0  # bumped by every edit of the wiring (class docstring)
         self._order: list[FlatNode] = []
         self._order_of: tuple[int, list[FlatNode] | None, int] = (0, None, 0)
+        # Of the walk that made _order: each node's index, and by index where its walk
+        # started and its place (_ort_walk); _order may still list merged nodes (gone).
+        self._index: dict[FlatNode, int] = {}
+        self._start: list[int] = []
+        self._place: list[int] = []
+        self._unfiltered = False
 
     def optimizable(self, node: FlatNode) -> bool:
         return node not in self.gone and not node.inlined_by_ort and not node.inserted
@@ -78,9 +105,64 @@ class ScopeEdits:
         docstring); the caller must not change the list."""
         if not self._order_valid():
             nodes = self.scope.nodes
-            self._order = ort_topological_order([n for n in nodes if n not in self.gone])
+            walk = _ort_walk([n for n in nodes if n not in self.gone])
+            self._order, self._index, self._start, self._place = walk
             self._order_of = (self.edits, nodes, len(nodes))
+            self._unfiltered = False
+        elif self._unfiltered:  # merges kept it (merge_keeps_order): drop the merged
+            self._order = [n for n in self._order if n not in self.gone]
+            self._unfiltered = False
         return self._order
+
+    def merge_keeps_order(self, node: FlatNode, first: FlatNode) -> bool:
+        """Whether merging ``node`` into ``first`` (its consumers read ``first``'s outputs
+        instead, then it is removed), asked before the merge's edits, leaves ORT's order
+        that of now without ``node`` (module docstring: the memo then stands, after
+        :meth:`merged`). ``first`` must read the same input values as ``node``."""
+        if not self._order_valid():
+            return False
+        index = self._index
+        i, f = index.get(node), index.get(first)
+        if i is None or f is None:
+            return False
+        start, place = self._start, self._place
+        before = place[f]
+        if before >= place[i]:
+            return False
+        consumed = False
+        for out in node.outputs:
+            if out is None:
+                continue
+            for consumer, _ in out.consumers:
+                consumed = True
+                c = index.get(consumer)
+                if c is None or start[c] <= before:
+                    return False
+        return not consumed or any(o is not None and o.consumers for o in first.outputs)
+
+    def merged(self) -> None:
+        """The merge :meth:`merge_keeps_order` allowed is made (its edits and no other
+        since): the memoized order stands, the merged node dropped when next read."""
+        nodes = self.scope.nodes
+        self._order_of = (self.edits, nodes, len(nodes))
+        self._unfiltered = True
+
+    def inference_order(self) -> list[FlatNode]:
+        """A topological order of the live nodes ORT's inference walks (those neither
+        inlined by ORT nor inserted), not necessarily ORT's (module docstring): the last
+        :meth:`order` computed, stale or not, or else the scope's node list (a model's
+        graph lists its nodes in a topological order), filtered to them, where
+        :func:`topological_order` finds it is one; else, where every node is walked,
+        :meth:`order` (memoized, for the next caller), or ORT's order of the walked ones."""
+        nodes = [n for n in self.scope.nodes if not n.inlined_by_ort and not n.inserted]
+        walked_all = len(nodes) == len(self.scope.nodes)
+        if walked_all and self._order_valid():
+            return self.order()
+        for hint in (self._order, self.scope.nodes):
+            found = topological_order(nodes, hint) if hint else None
+            if found is not None:
+                return found
+        return self.order() if walked_all else ort_topological_order(nodes)
 
     def _order_valid(self) -> bool:
         edits, nodes, count = self._order_of
@@ -222,7 +304,16 @@ def ort_topological_order(nodes: list[FlatNode]) -> list[FlatNode]:
     """``nodes`` in the order ORT's ``GraphViewer`` lists them (module docstring): from
     each node without consumers, last first, a depth-first walk to its producers, each
     node listed once all its producers are; producers are stacked in index order, so the
-    last is walked first. Producers that are not in ``nodes`` are not walked.
+    last is walked first. Producers that are not in ``nodes`` are not walked."""
+    return _ort_walk(nodes)[0]
+
+
+def _ort_walk(
+    nodes: list[FlatNode],
+) -> tuple[list[FlatNode], dict[FlatNode, int], list[int], list[int]]:
+    """:func:`ort_topological_order`, with each node's index in ``nodes`` and, by index,
+    where its walk starts (how many nodes were listed before it was reached) and its
+    place in the order.
 
     The walk runs on indices (a node ``i`` on the stack is ``i``, its leaving ``~i``) and
     stacks only producers not yet visited (one visited when popped would be skipped)."""
@@ -236,15 +327,19 @@ def ort_topological_order(nodes: list[FlatNode]) -> list[FlatNode]:
         else:
             stack.append(i)
     visited = bytearray(len(nodes))
+    start = [0] * len(nodes)
+    place = [0] * len(nodes)
     order: list[FlatNode] = []
     while stack:
         i = stack.pop()
         if i < 0:
+            place[~i] = len(order)
             order.append(nodes[~i])
             continue
         if visited[i]:
             continue
         visited[i] = 1
+        start[i] = len(order)
         stack.append(~i)
         producers: list[int] = []
         for value in nodes[i].inputs:
@@ -255,4 +350,25 @@ def ort_topological_order(nodes: list[FlatNode]) -> list[FlatNode]:
         if len(producers) > 1:
             producers = sorted(set(producers))
         stack.extend(producers)
-    return order
+    return order, index, start, place
+
+
+def topological_order(nodes: list[FlatNode], hint: list[FlatNode]) -> list[FlatNode] | None:
+    """``hint`` filtered to ``nodes`` where that holds every node of ``nodes`` and lists
+    each after its producers among ``nodes`` (a topological order of them, not
+    necessarily ORT's); else None. ``hint`` must not list a node twice (an order
+    :func:`ort_topological_order` gave does not)."""
+    members = set(nodes)
+    candidate = [n for n in hint if n in members]
+    if len(candidate) != len(nodes):
+        return None
+    place = {node: i for i, node in enumerate(candidate)}
+    find = place.get
+    for i, node in enumerate(candidate):
+        for value in node.inputs:
+            producer = None if value is None else value.producer
+            if producer is not None:
+                j = find(producer)
+                if j is not None and j >= i:
+                    return None
+    return candidate

@@ -13,6 +13,12 @@ placement prediction. Rules (measured on ORT 1.32):
   constant inputs is given to it (initializers, ``Constant`` outputs and values computed
   by folding, of at most :data:`DATA_LIMIT` elements): a ``Reshape`` or ``Pad`` whose
   shape input is constant has a static output.
+- Any topological order of the nodes inferred gives the same shapes (the predictor's
+  walk, :meth:`LoadShapes.resolve`, need not be ORT's): a node's inference reads only its
+  inputs, which only their producers' inference writes, each once per walk, before it;
+  a producer the walk leaves out (a node ORT inserts or inlines later) writes nothing.
+  The inference memo's contents do not change what a node infers. Folding's walk
+  (:meth:`LoadShapes.update`) is ORT's own order: which nodes it infers again depends on it.
 - Without data propagation: a shape computed from another value's shape (``Shape`` ->
   ``Gather`` -> ``Mul`` -> ``Concat`` -> ``Reshape``) is not known until that arithmetic
   has been folded (measured: ORT keeps a ``Shape`` of such a ``Reshape`` of a dynamic
@@ -119,8 +125,8 @@ class LoadShapes:
         cls, scope: FlatScope, order: Callable[[], list[FlatNode]] | None = None
     ) -> LoadShapes | None:
         """The inference at load, or None where it does not run (module docstring).
-        ``order``, where given, gives ORT's topological order of the nodes
-        :meth:`resolve` infers (a memo of it); else :meth:`resolve` computes it."""
+        ``order``, where given, gives a topological order of the nodes :meth:`resolve`
+        infers (any: module docstring); else :meth:`resolve` computes ORT's."""
         if not any(
             o is not None and o.ir_value is not None and o.ir_value.shape is None
             for n in scope.nodes
@@ -157,8 +163,9 @@ class LoadShapes:
             nodes = [n for n in self.scope.nodes if not n.inlined_by_ort and not n.inserted]
             order = ort_topological_order(nodes)
         learned = 0
+        update = self.update
         for node in order:
-            learned += self.update(node)
+            learned += update(node)
         if learned:
             logger.debug("%s: ORT's inference makes %d shapes static", self.scope.name, learned)
         return learned
@@ -169,38 +176,43 @@ class LoadShapes:
         A node whose inputs are what they were at its last inference is not inferred
         again (the same inputs infer the same outputs), nor one whose outputs all have
         the model's shapes and whose inputs are as the model says (module docstring)."""
-        if not self._may_learn(node):
-            return 0
+        # Whether inferring can tell more than the model (an output has no shape in the
+        # model, or an input has one the inference or folding learned), then whether the
+        # inputs changed, with _dims_of's first case inline (this runs once per node per walk).
+        inputs = node.inputs
+        for o in node.outputs:
+            if o is not None and o.ir_value is not None and o.ir_value.shape is None:
+                break
+        else:
+            dims = self.dims
+            for v in inputs:
+                if v is not None and (v in dims or v.data is not None or v.shape is not None):
+                    break
+            else:
+                return 0
+        dims_of = self._dims_of
         seen = tuple(
-            None if v is None else (id(v), self._dims_of(v), v.data is not None)
-            for v in node.inputs
+            [
+                None
+                if v is None
+                else (id(v), v.shape if v.shape is not None else dims_of(v), v.data is not None)
+                for v in inputs
+            ]
         )
         if self._seen.get(node) == seen:
             return 0
         self._seen[node] = seen
         learned = 0
-        for out, dims in zip(node.outputs, self._infer(node)):
-            if out is None or dims is None:
+        for out, inferred in zip(node.outputs, self._infer(node)):
+            if out is None or inferred is None:
                 continue
-            merged = _merge(self._dims_of(out), dims)
+            merged = _merge(self._dims_of(out), inferred)
             if merged != self._model_dims(out):
                 self.dims[out] = merged
             if out.shape is None and merged is not None and None not in merged:
                 out.shape = tuple(int(d) for d in merged if d is not None)
                 learned += 1
         return learned
-
-    def _may_learn(self, node: FlatNode) -> bool:
-        """Whether inferring ``node`` can tell more than the model: an output has no shape
-        in the model, or an input has one the inference or folding learned."""
-        for o in node.outputs:
-            if o is not None and o.ir_value is not None and o.ir_value.shape is None:
-                return True
-        dims = self.dims
-        for v in node.inputs:
-            if v is not None and (v in dims or v.data is not None or v.shape is not None):
-                return True
-        return False
 
     def _infer(self, node: FlatNode) -> list[_Dims | None]:
         """ONNX's inference of ``node``'s outputs from what its inputs are now, memoized
