@@ -25,7 +25,7 @@ Rules:
 
 from __future__ import annotations
 
-__all__ = ["Flattener"]
+__all__ = ["Flattener", "op_facts"]
 
 import collections
 import dataclasses
@@ -47,6 +47,7 @@ from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.live_tables import installed_cpu_table
 from onnxscript_ep_passes.ep.memo import BoundedCache, shape_key
 from onnxscript_ep_passes.ep.names import normalize_domain
+from onnxscript_ep_passes.ep.placement import opset_reads
 from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatScope, FlatValue
 from onnxscript_ep_passes.ep.placement.kernels import (
     cached_decision,
@@ -93,7 +94,52 @@ def _cached_schema_body(
             tuple(bool(out.name) for out in node.outputs),
         )
     )
-    return _BODIES.fetch(key, lambda: (_schema_body(node, schema, dtypes),))[0]
+    body = _BODIES.fetch(key, lambda: (_schema_body(node, schema, dtypes),))[0]
+    reads = opset_reads.active()
+    if reads is not None:
+        reads.note("body", key, lambda: _body_call(node, tuple(dtypes), body))
+    return body
+
+
+def _body_call(
+    node: ir.Node, dtypes: tuple[str | None, ...], body: ir.Function | None
+) -> opset_reads.Call:
+    """What :func:`_cached_schema_body` builds for ``node`` (:func:`_body_spelled`), to be
+    built again with another schema (:mod:`.opset_reads`); the call names the ai.onnx ops
+    of the body (they are placed at the model's opset too)."""
+
+    def again(opset: int, schema: onnx.defs.OpSchema, since: int) -> bytes | None:
+        return _body_spelled(_cached_schema_body(node, schema, dtypes))
+
+    ops = frozenset() if body is None else frozenset(_default_domain_ops(body))
+    return opset_reads.Call(node.op_type, node.domain, _body_spelled(body), again, ops)
+
+
+def _default_domain_ops(body: ir.Function) -> set[str]:
+    nodes: list[ir.Node] = list(body)
+    ops = set()
+    while nodes:
+        node = nodes.pop()
+        if node.domain in ("", "ai.onnx"):
+            ops.add(node.op_type)
+        for attr in node.attributes.values():
+            if isinstance(attr, ir.Attr) and attr.type == ir.AttributeType.GRAPH:
+                nodes.extend(attr.as_graph())
+            elif isinstance(attr, ir.Attr) and attr.type == ir.AttributeType.GRAPHS:
+                nodes.extend(n for g in attr.as_graphs() for n in g)
+    return ops
+
+
+def _body_spelled(body: ir.Function | None) -> bytes | None:
+    """``body`` as placement reads it: its serialized function without its ai.onnx import,
+    which the calling graph's overrides (:meth:`Flattener._inline`); None for no body."""
+    if body is None:
+        return None
+    proto = ir.serde.serialize_function(body)
+    kept = [o for o in proto.opset_import if normalize_domain(o.domain) != ""]
+    del proto.opset_import[:]
+    proto.opset_import.extend(kept)
+    return proto.SerializeToString(deterministic=True)
 
 
 def _schema_body(
@@ -185,6 +231,30 @@ def _call_attributes(
         if name not in values and default.type != ir.AttributeType.UNDEFINED:
             values[name] = default
     return values
+
+
+def op_facts(
+    table: KernelTable, op_type: str, domain: str, opset: int
+) -> tuple[onnx.defs.OpSchema | None, int, bool]:
+    """The op's schema at ``opset``, its since_version, and whether ORT may inline its
+    schema body: no EP, CPU included, has a kernel for it (then the body decides). Pure
+    in ``table`` and ONNX's schemas: all a node's placement reads of its opset besides
+    the calls :mod:`.opset_reads` records."""
+    schema = get_schema(op_type, opset, domain)
+    since = schema.since_version if schema is not None else opset
+    if schema is None and domain == "":
+        # ORT's own ops in the ONNX domain (SimplifiedLayerNormalization, ...) are
+        # all registered at version 1, whatever the model's opset.
+        since = 1
+    may_inline = False
+    if domain == "" and schema is not None:
+        cpu = installed_cpu_table()
+        may_inline = (
+            table.match(domain, op_type, schema.since_version) is None
+            and cpu is not None
+            and cpu.match(domain, op_type, schema.since_version) is None
+        )
+    return schema, since, may_inline
 
 
 class Flattener:
@@ -373,26 +443,11 @@ class Flattener:
     def _op_facts(
         self, op_type: str, domain: str, opset: int
     ) -> tuple[onnx.defs.OpSchema | None, int, bool]:
-        """The op's schema at ``opset``, its since_version, and whether ORT may inline its
-        schema body: no EP, CPU included, has a kernel for it (then the body decides)."""
+        """:func:`op_facts`, kept per flattener."""
         key = (op_type, domain, opset)
         facts = self._facts.get(key)
         if facts is None:
-            schema = get_schema(op_type, opset, domain)
-            since = schema.since_version if schema is not None else opset
-            if schema is None and domain == "":
-                # ORT's own ops in the ONNX domain (SimplifiedLayerNormalization, ...) are
-                # all registered at version 1, whatever the model's opset.
-                since = 1
-            may_inline = False
-            if domain == "" and schema is not None:
-                cpu = installed_cpu_table()
-                may_inline = (
-                    self.table.match(domain, op_type, schema.since_version) is None
-                    and cpu is not None
-                    and cpu.match(domain, op_type, schema.since_version) is None
-                )
-            facts = self._facts[key] = (schema, since, may_inline)
+            facts = self._facts[key] = op_facts(self.table, op_type, domain, opset)
         return facts
 
     def _schema_body(
