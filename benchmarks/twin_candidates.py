@@ -6,7 +6,8 @@ opportunity and the obstacle on one model, without changing the search:
 
 * It runs the search ``lower --ep`` runs (:func:`~onnxscript_ep_passes.passes.lower_for_ep`'s
   ``_search``, plain and legalized candidates) with a timer around each candidate
-  (``lower_and_predict``, ``add_legalized``).
+  (``lower_and_predict``, ``add_legalized``); a twin's lower plain candidate is derived
+  (:mod:`onnxscript_ep_passes.passes.twins`) unless ``--fresh`` is given.
 * For each consecutive pair it says whether the predictions are *identical*, *equal but
   for the labels* (each record's ``since_version`` and ``reason``; placements, reason
   codes, Memcpy and removed nodes equal) or *different*, and whether the costs are equal.
@@ -81,8 +82,9 @@ def _timed(owner: Any, name: str, opset_of: Callable[..., int], seconds: dict[An
     setattr(owner, name, wrapper)
 
 
-def run(path: Path, ep: str, ort_version: str) -> dict[str, Any]:
-    """The measurements of the module docstring for the model at ``path``."""
+def run(path: Path, ep: str, ort_version: str, fresh: bool = False) -> dict[str, Any]:
+    """The measurements of the module docstring for the model at ``path`` (``fresh``:
+    derive no candidate)."""
     import onnx_ir as ir
 
     from onnxscript_ep_passes.core.onnx_utils import get_schema, walk
@@ -121,6 +123,7 @@ def run(path: Path, ep: str, ort_version: str) -> dict[str, Any]:
         return result
 
     candidates.run_lowering = lowering  # type: ignore[assignment]
+    candidates.REUSE_TWINS = not fresh
     model = ir.load(path)
     start = time.perf_counter()
     choice, _, search = lower_for_ep._search(
@@ -185,6 +188,7 @@ def run(path: Path, ep: str, ort_version: str) -> dict[str, Any]:
         "summary": choice.summary(),
         "search_s": search_s,
         "seconds": {f"{name} {opset}": s for (name, opset), s in sorted(seconds.items())},
+        "derived": sorted(search.derived),
         "steps": steps,
         "pairs": pairs,
         "changed_schema_inference": {o: dict(c) for o, c in inference.items()},
@@ -196,10 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("model", type=Path)
     parser.add_argument("--ep", default="cuda")
     parser.add_argument("--ort-version", default="1.24")
+    parser.add_argument("--fresh", action="store_true", help="derive no candidate")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
-    found = run(args.model, args.ep, args.ort_version)
+    found = run(args.model, args.ep, args.ort_version, args.fresh)
     logger.info("%s; search %.2f s", found["summary"], found["search_s"])
+    logger.info("derived plain candidates: %s", found["derived"] or "none")
     for label, s in found["seconds"].items():
         logger.info("  %-22s %.2f s", label, s)
     for target, step in sorted(found["steps"].items(), reverse=True):

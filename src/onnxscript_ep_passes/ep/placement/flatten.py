@@ -19,8 +19,9 @@ Rules:
   opsets of the graph that holds them; their nodes keep the function and the inlined node
   they belong to.
 - Each node's kernel is decided as it is added (:mod:`.kernels`).
-- A schema body is built once per distinct (op, attributes, input types and shapes,
-  outputs present) and shared by the calls that meet it (it is never edited).
+- A schema body (:mod:`.schema_bodies`) is built once per distinct (op, attributes,
+  input types and shapes, outputs present) and shared by the calls that meet it (it is
+  never edited).
 """
 
 from __future__ import annotations
@@ -30,36 +31,29 @@ __all__ = ["Flattener", "op_facts"]
 import collections
 import dataclasses
 import logging
-from collections.abc import Hashable, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 
 import onnx
 import onnx.defs
 import onnx_ir as ir
 
 from onnxscript_ep_passes.core.onnx_utils import (
-    attributes_key,
-    built_outputs,
     get_schema,
-    schema_function_body,
     type_string,
 )
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.live_tables import installed_cpu_table
-from onnxscript_ep_passes.ep.memo import BoundedCache, shape_key
 from onnxscript_ep_passes.ep.names import normalize_domain
-from onnxscript_ep_passes.ep.placement import opset_reads
 from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatScope, FlatValue
 from onnxscript_ep_passes.ep.placement.kernels import (
     cached_decision,
     decisions_of,
     infer_types,
-    type_proto,
 )
+from onnxscript_ep_passes.ep.placement.schema_bodies import cached_schema_body
 
 logger = logging.getLogger(__name__)
 
-# Schema bodies ORT inlines, by what builds them (never edited: shared between calls).
-_BODIES: BoundedCache[Hashable, tuple[ir.Function | None]] = BoundedCache(limit=512)
 _GRAPH_TYPES = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
 
 
@@ -70,110 +64,6 @@ class _Origin:
     function: ir.Function | None = None  # the innermost model-local function
     inlined_from: ir.Node | None = None  # the model node whose schema body ORT inlines
     call_attributes: Mapping[str, ir.Attr] | None = None  # ``function``'s parameters' values
-
-
-def _cached_schema_body(
-    node: ir.Node, schema: onnx.defs.OpSchema, dtypes: Sequence[str | None]
-) -> ir.Function | None:
-    """:func:`_schema_body`, cached by what the body's builder reads: the op, its
-    attributes, each input's type and shape, and which inputs and outputs the node has
-    (a value without a name is absent to it)."""
-    attrs = attributes_key(node)
-    key = (
-        None
-        if attrs is None
-        else (
-            node.op_type,
-            node.domain,
-            schema.since_version,
-            attrs,
-            tuple(
-                None if v is None else (bool(v.name), dtype, shape_key(v.shape))
-                for v, dtype in zip(node.inputs, dtypes)
-            ),
-            tuple(bool(out.name) for out in node.outputs),
-        )
-    )
-    body = _BODIES.fetch(key, lambda: (_schema_body(node, schema, dtypes),))[0]
-    reads = opset_reads.active()
-    if reads is not None:
-        reads.note("body", key, lambda: _body_call(node, tuple(dtypes), body))
-    return body
-
-
-def _body_call(
-    node: ir.Node, dtypes: tuple[str | None, ...], body: ir.Function | None
-) -> opset_reads.Call:
-    """What :func:`_cached_schema_body` builds for ``node`` (:func:`_body_spelled`), to be
-    built again with another schema (:mod:`.opset_reads`); the call names the ai.onnx ops
-    of the body (they are placed at the model's opset too)."""
-
-    def again(opset: int, schema: onnx.defs.OpSchema, since: int) -> bytes | None:
-        return _body_spelled(_cached_schema_body(node, schema, dtypes))
-
-    ops = frozenset() if body is None else frozenset(_default_domain_ops(body))
-    return opset_reads.Call(node.op_type, node.domain, _body_spelled(body), again, ops)
-
-
-def _default_domain_ops(body: ir.Function) -> set[str]:
-    nodes: list[ir.Node] = list(body)
-    ops = set()
-    while nodes:
-        node = nodes.pop()
-        if node.domain in ("", "ai.onnx"):
-            ops.add(node.op_type)
-        for attr in node.attributes.values():
-            if isinstance(attr, ir.Attr) and attr.type == ir.AttributeType.GRAPH:
-                nodes.extend(attr.as_graph())
-            elif isinstance(attr, ir.Attr) and attr.type == ir.AttributeType.GRAPHS:
-                nodes.extend(n for g in attr.as_graphs() for n in g)
-    return ops
-
-
-def _body_spelled(body: ir.Function | None) -> bytes | None:
-    """``body`` as placement reads it: its serialized function without its ai.onnx import,
-    which the calling graph's overrides (:meth:`Flattener._inline`); None for no body."""
-    if body is None:
-        return None
-    proto = ir.serde.serialize_function(body)
-    kept = [o for o in proto.opset_import if normalize_domain(o.domain) != ""]
-    del proto.opset_import[:]
-    proto.opset_import.extend(kept)
-    return proto.SerializeToString(deterministic=True)
-
-
-def _schema_body(
-    node: ir.Node, schema: onnx.defs.OpSchema, dtypes: Sequence[str | None]
-) -> ir.Function | None:
-    """The ONNX function body of ``node``'s schema, as ORT would inline it, or None.
-
-    ``dtypes`` are the input types (``tensor(float)``) known to the builder.
-    """
-    types: list[onnx.TypeProto | None] = []
-    for value, dtype in zip(node.inputs, dtypes):
-        if value is None:
-            types.append(None)
-            continue
-        known = type_proto(dtype) if dtype else None
-        if known is None:
-            return None
-        if value.shape is not None and known.HasField("tensor_type"):
-            ir.serde.serialize_shape_into(known, value.shape)
-        types.append(known)
-    try:
-        function = schema_function_body(schema, schema.since_version, node, types)
-    except Exception as error:
-        logger.debug("no function body for %s: %s", node.op_type, error)
-        return None
-    if function is None or not function.node:
-        return None
-    outputs = built_outputs(function)
-    if "" in outputs:
-        return None
-    del function.output[:]
-    function.output.extend(outputs)
-    function.name = function.name or node.op_type
-    return ir.serde.deserialize_function(function)
 
 
 def _tensor_size(tensor: ir.TensorProtocol | None) -> int | None:
@@ -458,7 +348,7 @@ class Flattener:
     ) -> ir.Function | None:
         """The schema's function body ORT inlines for ``node`` (:meth:`_op_facts`)."""
         assert schema is not None
-        return _cached_schema_body(node, schema, [None if v is None else v.dtype for v in inputs])
+        return cached_schema_body(node, schema, [None if v is None else v.dtype for v in inputs])
 
     def _subgraphs(
         self,

@@ -11,7 +11,7 @@ computed as it went:
 - the kernel phase's type inference of untyped outputs (:func:`.kernels.infer_types`);
 - ORT's inference at load (:class:`.load_shapes.LoadShapes`);
 - the cost's inference of missing shapes (:func:`~onnxscript_ep_passes.ep.shapes.infer_missing_shapes`);
-- the building of a schema body ORT may inline (:func:`.flatten.op_facts`): the body the
+- the building of a schema body ORT may inline (:mod:`.schema_bodies`): the body the
   node's schema, at its version, gives for its types (its nodes are placed in turn);
 - the reference evaluation of folded nodes (:meth:`.load_shapes.LoadShapes.evaluate`).
 
