@@ -36,6 +36,7 @@ import onnx_ir as ir
 
 from onnxscript_ep_passes.core.onnx_utils import attributes_key, get_schema
 from onnxscript_ep_passes.ep.memo import BoundedCache, shape_key
+from onnxscript_ep_passes.ep.placement import opset_reads
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +124,9 @@ def _infer_node(
         else (node.op_type, node.domain, opset, len(node.outputs), attrs, tuple(spelled))
     )
     outputs = _INFERRED.fetch(key, lambda: _run_inference(node, schema, opset, inputs))
+    reads = opset_reads.active()
+    if reads is not None:
+        reads.note("cost", key, lambda: _cost_call(node, domain, inputs, outputs))
     for value, inferred in zip(node.outputs, outputs):
         if inferred is None:
             continue
@@ -144,6 +148,22 @@ def _tensor_key(tensor: ir.TensorProtocol | None) -> Hashable:
     if len(data) > _INLINE_BYTES:
         data = hashlib.sha256(data).digest()
     return (tensor.dtype, tuple(tensor.shape), data)
+
+
+def _cost_call(
+    node: ir.Node, domain: str, inputs: list[_Input | None], outputs: _Outputs
+) -> opset_reads.Call:
+    """:func:`_infer_node`'s call, on these inputs (their shapes copied: a value's shape
+    may be replaced later), to be made again at another opset (:mod:`.placement.opset_reads`)."""
+    kept = [
+        None if i is None else (i[0], None if i[1] is None else ir.Shape(i[1].dims), i[2])
+        for i in inputs
+    ]
+
+    def again(opset: int, schema: onnx.defs.OpSchema, since: int) -> _Outputs:
+        return _run_inference(node, schema, opset, list(kept))
+
+    return opset_reads.Call(node.op_type, domain, outputs, again)
 
 
 def _run_inference(

@@ -12,6 +12,10 @@
   legalized in place and then put back (:mod:`~onnxscript_ep_passes.core.checkpoint`), so
   the search holds one copy of the model whatever the number of candidates, plus the
   model of the best legalized candidate so far (kept, not rebuilt, when it is chosen).
+  A plain candidate whose lowering step changed no node is derived from the one above
+  it, relabelled, where :mod:`.twins` proves it equal to the fresh prediction and price
+  (else, and with ``keep_models`` or a wanted opset, it is predicted afresh); it ties
+  its twin above, which the tie goes to, so it is never the one chosen.
 - :func:`measure_candidates`: with ``measure``, the candidates worth running (the best
   few by estimate, one per distinct estimate, plus the source, the best plain and the
   best legalized) run in real sessions (:mod:`~onnxscript_ep_passes.ep.measure`); the
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 __all__ = [
     "MEASURE_TOP",
+    "REUSE_TWINS",
     "Candidate",
     "CandidateEntry",
     "CandidateKey",
@@ -54,14 +59,20 @@ from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.measure import CandidateMeasurement, measure_candidate, pick_fastest
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
+from onnxscript_ep_passes.ep.placement.opset_reads import OpsetReads, recording
 from onnxscript_ep_passes.errors import DowngradeError
 from onnxscript_ep_passes.lowering.lower_opset import default_opset, run_lowering
 from onnxscript_ep_passes.passes.legalize import LegalizationResult, legalize
+from onnxscript_ep_passes.passes.twins import derive_prediction
 
 logger = logging.getLogger(__name__)
 
 MEASURE_TOP = 3
 """With ``measure``: how many candidates, best estimate first, are measured."""
+
+REUSE_TWINS = True
+"""Derive a plain candidate from the one above it where that is proven exact
+(:mod:`.twins`); tests turn it off to compare with the fresh computation."""
 
 
 CandidateKey = tuple[int, bool]
@@ -164,6 +175,8 @@ class CandidateSearch:
         self.legalizations: dict[int, Candidate] = {}  # every legalization tried
         self.blocked: DowngradeError | None = None
         self.best: Candidate | None = None  # the best so far of those that may be chosen
+        self.derived: set[int] = set()  # the plain candidates derived from the one above
+        self._reads: OpsetReads | None = None  # the calls of the last plain prediction
 
     def pool(self) -> list[Candidate]:
         """The candidates that may be chosen."""
@@ -196,8 +209,11 @@ class CandidateSearch:
         origin: Correspondence | None,
         replaced: int,
         model: ir.Model,
+        cost: PlacementCost | None = None,
     ) -> Candidate:
-        cost = placement_cost(prediction, model, self.sizes)
+        """Record the plain candidate ``opset`` (``cost``: its price, when known)."""
+        if cost is None:
+            cost = placement_cost(prediction, model, self.sizes)
         collect_young()  # the prediction's flat graph, the lowering step's leftovers
         rank = candidate_rank(cost, opset=opset, replaced=replaced)
         candidate = Candidate(opset, False, prediction, rank, origin)
@@ -294,13 +310,36 @@ class CandidateSearch:
         return work
 
     def lower_and_predict(self, work: ir.Model, target: int, state: WorkState) -> Candidate:
+        """Lower ``work`` to ``target`` and record its plain candidate. When the step changed
+        no node, the prediction and price are derived from the candidate above where
+        :func:`~.twins.derive_prediction` proves them the same but for the labels (the
+        module's rule 2); else they are made afresh, their calls to ONNX recorded for the
+        next step (with ``keep_models`` or a wanted opset, nothing is derived)."""
         result = run_lowering(work, target)
         state.built.update(result.built)
         state.replaced.update(
             state.origin.nodes[n] for n in result.replaced if n in state.origin.nodes
         )
+        reads, self._reads = self._reads, None
+        above = self.plain.get(target + 1)
+        derived = None
+        if (
+            REUSE_TWINS
+            and above is not None
+            and not (self.keep_models or self.wanted is not None)
+            and not (result.built or result.replaced or result.rewritten)
+        ):
+            derived = derive_prediction(above.prediction, reads, work, self.table, target)
+        if derived is not None:
+            assert above is not None
+            prediction, cost = derived, above.rank.cost
+            self.derived.add(target)
+        else:
+            with recording() as self._reads:
+                prediction = predict_placement(work, self.table)
+                cost = placement_cost(prediction, work, self.sizes)
         plain = self.add_plain(
-            target, predict_placement(work, self.table), state.origin, len(state.replaced), work
+            target, prediction, state.origin, len(state.replaced), work, cost=cost
         )
         plain.replaced_nodes = frozenset(state.replaced)
         return plain

@@ -25,7 +25,7 @@ Rules (measured on ORT 1.32, ``ORT_ENABLE_BASIC``):
 
 from __future__ import annotations
 
-__all__ = ["NON_DETERMINISTIC", "eliminate_common_subexpressions"]
+__all__ = ["NON_DETERMINISTIC", "eliminate_common_subexpressions", "schema_defaults"]
 
 from collections.abc import Hashable, Mapping, Sequence
 
@@ -225,3 +225,10 @@ def _floats_key(value: float | Sequence[float]) -> Hashable | None:
         return None if value != value else value
     floats = tuple(value)
     return None if any(v != v for v in floats) else floats
+
+
+def schema_defaults(op_type: str, domain: str, since: int | None) -> Hashable:
+    """What the merge key reads of the op's schema at ``since``: its attributes' defaults
+    (:func:`_schema_defaults`), as a value to compare between versions."""
+    defaults = _schema_defaults(op_type, domain, since)
+    return None if defaults is None else tuple(defaults.items())

@@ -19,46 +19,41 @@ Rules:
   opsets of the graph that holds them; their nodes keep the function and the inlined node
   they belong to.
 - Each node's kernel is decided as it is added (:mod:`.kernels`).
-- A schema body is built once per distinct (op, attributes, input types and shapes,
-  outputs present) and shared by the calls that meet it (it is never edited).
+- A schema body (:mod:`.schema_bodies`) is built once per distinct (op, attributes,
+  input types and shapes, outputs present) and shared by the calls that meet it (it is
+  never edited).
 """
 
 from __future__ import annotations
 
-__all__ = ["Flattener"]
+__all__ = ["Flattener", "op_facts"]
 
 import collections
 import dataclasses
 import logging
-from collections.abc import Hashable, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 
 import onnx
 import onnx.defs
 import onnx_ir as ir
 
 from onnxscript_ep_passes.core.onnx_utils import (
-    attributes_key,
-    built_outputs,
     get_schema,
-    schema_function_body,
     type_string,
 )
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.live_tables import installed_cpu_table
-from onnxscript_ep_passes.ep.memo import BoundedCache, shape_key
 from onnxscript_ep_passes.ep.names import normalize_domain
 from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatScope, FlatValue
 from onnxscript_ep_passes.ep.placement.kernels import (
     cached_decision,
     decisions_of,
     infer_types,
-    type_proto,
 )
+from onnxscript_ep_passes.ep.placement.schema_bodies import cached_schema_body
 
 logger = logging.getLogger(__name__)
 
-# Schema bodies ORT inlines, by what builds them (never edited: shared between calls).
-_BODIES: BoundedCache[Hashable, tuple[ir.Function | None]] = BoundedCache(limit=512)
 _GRAPH_TYPES = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
 
 
@@ -69,65 +64,6 @@ class _Origin:
     function: ir.Function | None = None  # the innermost model-local function
     inlined_from: ir.Node | None = None  # the model node whose schema body ORT inlines
     call_attributes: Mapping[str, ir.Attr] | None = None  # ``function``'s parameters' values
-
-
-def _cached_schema_body(
-    node: ir.Node, schema: onnx.defs.OpSchema, dtypes: Sequence[str | None]
-) -> ir.Function | None:
-    """:func:`_schema_body`, cached by what the body's builder reads: the op, its
-    attributes, each input's type and shape, and which inputs and outputs the node has
-    (a value without a name is absent to it)."""
-    attrs = attributes_key(node)
-    key = (
-        None
-        if attrs is None
-        else (
-            node.op_type,
-            node.domain,
-            schema.since_version,
-            attrs,
-            tuple(
-                None if v is None else (bool(v.name), dtype, shape_key(v.shape))
-                for v, dtype in zip(node.inputs, dtypes)
-            ),
-            tuple(bool(out.name) for out in node.outputs),
-        )
-    )
-    return _BODIES.fetch(key, lambda: (_schema_body(node, schema, dtypes),))[0]
-
-
-def _schema_body(
-    node: ir.Node, schema: onnx.defs.OpSchema, dtypes: Sequence[str | None]
-) -> ir.Function | None:
-    """The ONNX function body of ``node``'s schema, as ORT would inline it, or None.
-
-    ``dtypes`` are the input types (``tensor(float)``) known to the builder.
-    """
-    types: list[onnx.TypeProto | None] = []
-    for value, dtype in zip(node.inputs, dtypes):
-        if value is None:
-            types.append(None)
-            continue
-        known = type_proto(dtype) if dtype else None
-        if known is None:
-            return None
-        if value.shape is not None and known.HasField("tensor_type"):
-            ir.serde.serialize_shape_into(known, value.shape)
-        types.append(known)
-    try:
-        function = schema_function_body(schema, schema.since_version, node, types)
-    except Exception as error:
-        logger.debug("no function body for %s: %s", node.op_type, error)
-        return None
-    if function is None or not function.node:
-        return None
-    outputs = built_outputs(function)
-    if "" in outputs:
-        return None
-    del function.output[:]
-    function.output.extend(outputs)
-    function.name = function.name or node.op_type
-    return ir.serde.deserialize_function(function)
 
 
 def _tensor_size(tensor: ir.TensorProtocol | None) -> int | None:
@@ -185,6 +121,30 @@ def _call_attributes(
         if name not in values and default.type != ir.AttributeType.UNDEFINED:
             values[name] = default
     return values
+
+
+def op_facts(
+    table: KernelTable, op_type: str, domain: str, opset: int
+) -> tuple[onnx.defs.OpSchema | None, int, bool]:
+    """The op's schema at ``opset``, its since_version, and whether ORT may inline its
+    schema body: no EP, CPU included, has a kernel for it (then the body decides). Pure
+    in ``table`` and ONNX's schemas: all a node's placement reads of its opset besides
+    the calls :mod:`.opset_reads` records."""
+    schema = get_schema(op_type, opset, domain)
+    since = schema.since_version if schema is not None else opset
+    if schema is None and domain == "":
+        # ORT's own ops in the ONNX domain (SimplifiedLayerNormalization, ...) are
+        # all registered at version 1, whatever the model's opset.
+        since = 1
+    may_inline = False
+    if domain == "" and schema is not None:
+        cpu = installed_cpu_table()
+        may_inline = (
+            table.match(domain, op_type, schema.since_version) is None
+            and cpu is not None
+            and cpu.match(domain, op_type, schema.since_version) is None
+        )
+    return schema, since, may_inline
 
 
 class Flattener:
@@ -373,26 +333,11 @@ class Flattener:
     def _op_facts(
         self, op_type: str, domain: str, opset: int
     ) -> tuple[onnx.defs.OpSchema | None, int, bool]:
-        """The op's schema at ``opset``, its since_version, and whether ORT may inline its
-        schema body: no EP, CPU included, has a kernel for it (then the body decides)."""
+        """:func:`op_facts`, kept per flattener."""
         key = (op_type, domain, opset)
         facts = self._facts.get(key)
         if facts is None:
-            schema = get_schema(op_type, opset, domain)
-            since = schema.since_version if schema is not None else opset
-            if schema is None and domain == "":
-                # ORT's own ops in the ONNX domain (SimplifiedLayerNormalization, ...) are
-                # all registered at version 1, whatever the model's opset.
-                since = 1
-            may_inline = False
-            if domain == "" and schema is not None:
-                cpu = installed_cpu_table()
-                may_inline = (
-                    self.table.match(domain, op_type, schema.since_version) is None
-                    and cpu is not None
-                    and cpu.match(domain, op_type, schema.since_version) is None
-                )
-            facts = self._facts[key] = (schema, since, may_inline)
+            facts = self._facts[key] = op_facts(self.table, op_type, domain, opset)
         return facts
 
     def _schema_body(
@@ -403,7 +348,7 @@ class Flattener:
     ) -> ir.Function | None:
         """The schema's function body ORT inlines for ``node`` (:meth:`_op_facts`)."""
         assert schema is not None
-        return _cached_schema_body(node, schema, [None if v is None else v.dtype for v in inputs])
+        return cached_schema_body(node, schema, [None if v is None else v.dtype for v in inputs])
 
     def _subgraphs(
         self,

@@ -42,6 +42,7 @@ import onnx_ir as ir
 from onnxscript_ep_passes.core.onnx_utils import attributes_key
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.memo import BoundedCache
+from onnxscript_ep_passes.ep.placement import opset_reads
 from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatValue
 from onnxscript_ep_passes.ep.placement.results import ReasonCode
 
@@ -117,9 +118,27 @@ def infer_types(flat: FlatNode, node: ir.Node, schema: onnx.defs.OpSchema, opset
     attrs = attributes_key(node)
     key = None if attrs is None else (node.op_type, node.domain, opset, dtypes, present, attrs)
     inferred = _INFERRED.fetch(key, lambda: _infer_output_types(flat, node, schema, opset))
+    reads = opset_reads.active()
+    if reads is not None:
+        reads.note("types", key, lambda: _types_call(node, dtypes, present, inferred))
     for o, dtype in zip(flat.outputs, inferred):
         if o is not None and o.dtype is None:
             o.dtype = dtype
+
+
+def _types_call(
+    node: ir.Node, dtypes: tuple[str | None, ...], present: tuple[bool, ...], inferred: _Inferred
+) -> opset_reads.Call:
+    """:func:`infer_types`' call on ``node`` (inputs of types ``dtypes``, None: absent),
+    to be made again at another opset (:mod:`.opset_reads`)."""
+
+    def again(opset: int, schema: onnx.defs.OpSchema, since: int) -> _Inferred:
+        inputs = [None if d is None else FlatValue("", "node", d) for d in dtypes]
+        outputs = [FlatValue("", "node", None) if p else None for p in present]
+        flat = FlatNode(node.name or "", node.op_type, node.domain, since, inputs, outputs, "")
+        return _infer_output_types(flat, node, schema, opset)
+
+    return opset_reads.Call(node.op_type, node.domain, inferred, again)
 
 
 def inference_node_proto(

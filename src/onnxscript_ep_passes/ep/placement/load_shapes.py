@@ -69,6 +69,7 @@ import onnx_ir as ir
 
 from onnxscript_ep_passes.core.onnx_utils import attributes_key, get_schema
 from onnxscript_ep_passes.ep.memo import BoundedCache
+from onnxscript_ep_passes.ep.placement import opset_reads
 from onnxscript_ep_passes.ep.placement.edits import (
     constant_array,
     ort_topological_order,
@@ -221,7 +222,11 @@ class LoadShapes:
         if node.domain != "" or ir_node is None or node.since_version is None:
             return [None] * len(node.outputs)
         key = self._inference_key(node, ir_node)
-        return list(_INFERRED.fetch(key, lambda: tuple(self._run_inference(node, ir_node))))
+        found = _INFERRED.fetch(key, lambda: tuple(self._run_inference(node, ir_node)))
+        reads = opset_reads.active()
+        if reads is not None:
+            reads.note("load", key, lambda: _load_call(node, ir_node, key, found))
+        return list(found)
 
     def _inference_key(self, node: FlatNode, ir_node: ir.Node) -> Hashable | None:
         """All :meth:`_run_inference` reads of ``node``, as values: the op, its domain and
@@ -254,61 +259,18 @@ class LoadShapes:
         )
 
     def _run_inference(self, node: FlatNode, ir_node: ir.Node) -> list[_Dims | None]:
-        unknown: list[_Dims | None] = [None] * len(node.outputs)
         assert node.since_version is not None
-        schema = get_schema(node.op_type, self.scope.opset or node.since_version)
-        if schema is None or schema.since_version != node.since_version:
-            return unknown
-        names: list[str] = []
-        types: dict[str, onnx.TypeProto] = {}
-        data: dict[str, onnx.TensorProto] = {}
-        for i, value in enumerate(node.inputs):
+        inputs: list[_Known | None] = []
+        for value in node.inputs:
             if value is None:
-                names.append("")
+                inputs.append(None)
                 continue
-            name = f"in{i}"
-            names.append(name)
-            tp = type_proto(value.dtype) if value.dtype else None
-            if tp is None:
-                return unknown
-            dims = self._dims_of(value)
-            if dims is not None:
-                shape = tp.tensor_type.shape
-                shape.Clear()
-                for d in dims:
-                    dim = shape.dim.add()
-                    if d is not None:
-                        dim.dim_value = d
-            types[name] = tp
             given = self._data_proto(value)
-            if given is not None:
-                data[name] = given[0]
-        outs = [f"out{i}" if o is not None else "" for i, o in enumerate(node.outputs)]
-        try:
-            proto = inference_node_proto(ir_node, names, outs)
-            inferred = onnx.shape_inference.infer_node_outputs(
-                schema,
-                proto,
-                types,
-                data,
-                opset_imports=[onnx.helper.make_opsetid("", self.scope.opset)],
-            )
-        except Exception as error:  # inference is best effort, as ORT's is per node
-            logger.debug("no shape inferred for %s (%s): %s", node.name, node.op_type, error)
-            return unknown
-        result: list[_Dims | None] = []
-        for name in outs:
-            tp = inferred.get(name) if name else None
-            if tp is None or not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
-                result.append(None)
-                continue
-            result.append(
-                tuple(
-                    d.dim_value if d.HasField("dim_value") else None
-                    for d in tp.tensor_type.shape.dim
-                )
-            )
-        return result
+            inputs.append((value.dtype, self._dims_of(value), None if given is None else given[0]))
+        present = tuple(o is not None for o in node.outputs)
+        return _inference(
+            node.op_type, node.since_version, self.scope.opset, ir_node, inputs, present, node.name
+        )
 
     def _data_proto(self, value: FlatValue) -> _Given:
         """The data the inference is given for ``value`` (module docstring) and its bytes
@@ -347,6 +309,9 @@ class LoadShapes:
             if array is None:
                 return
             arrays.append(array)
+        reads = opset_reads.active()
+        if reads is not None:
+            reads.evaluated += 1
         outputs = _run_reference(node, arrays, self.scope.opset)
         if outputs is None:
             return
@@ -354,6 +319,98 @@ class LoadShapes:
             if value is not None and array is not None:
                 value.data = np.asarray(array)
                 value.shape = tuple(int(d) for d in value.data.shape)
+
+
+_Known = tuple[str | None, _Dims | None, onnx.TensorProto | None]  # type, dims, data given
+
+
+def _inference(
+    op_type: str,
+    since: int,
+    opset: int,
+    ir_node: ir.Node,
+    inputs: list[_Known | None],
+    present: tuple[bool, ...],
+    name: str = "",
+) -> list[_Dims | None]:
+    """ONNX's inference of ``ir_node`` as ``op_type``'s schema at ``opset`` (which must be
+    the one of version ``since``) on inputs of these types, dimensions and data."""
+    unknown: list[_Dims | None] = [None] * len(present)
+    schema = get_schema(op_type, opset or since)
+    if schema is None or schema.since_version != since:
+        return unknown
+    names: list[str] = []
+    types: dict[str, onnx.TypeProto] = {}
+    data: dict[str, onnx.TensorProto] = {}
+    for i, known in enumerate(inputs):
+        if known is None:
+            names.append("")
+            continue
+        dtype, dims, given = known
+        input_name = f"in{i}"
+        names.append(input_name)
+        tp = type_proto(dtype) if dtype else None
+        if tp is None:
+            return unknown
+        if dims is not None:
+            shape = tp.tensor_type.shape
+            shape.Clear()
+            for d in dims:
+                dim = shape.dim.add()
+                if d is not None:
+                    dim.dim_value = d
+        types[input_name] = tp
+        if given is not None:
+            data[input_name] = given
+    outs = [f"out{i}" if p else "" for i, p in enumerate(present)]
+    try:
+        proto = inference_node_proto(ir_node, names, outs)
+        inferred = onnx.shape_inference.infer_node_outputs(
+            schema,
+            proto,
+            types,
+            data,
+            opset_imports=[onnx.helper.make_opsetid("", opset)],
+        )
+    except Exception as error:  # inference is best effort, as ORT's is per node
+        logger.debug("no shape inferred for %s (%s): %s", name, ir_node.op_type, error)
+        return unknown
+    result: list[_Dims | None] = []
+    for out in outs:
+        tp = inferred.get(out) if out else None
+        if tp is None or not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
+            result.append(None)
+            continue
+        result.append(
+            tuple(
+                d.dim_value if d.HasField("dim_value") else None for d in tp.tensor_type.shape.dim
+            )
+        )
+    return result
+
+
+def _load_call(
+    node: FlatNode, ir_node: ir.Node, key: Hashable, found: tuple[_Dims | None, ...]
+) -> opset_reads.Call:
+    """The inference keyed ``key`` (:meth:`LoadShapes._inference_key`: it holds every
+    input's type, dimensions and given bytes), to be made again at another opset."""
+    assert isinstance(key, tuple)
+    present, spelled = key[6], key[7]
+    op_type, domain, name = node.op_type, node.domain, node.name  # not the flat node
+
+    def again(opset: int, schema: object, since: int) -> tuple[_Dims | None, ...]:
+        inputs: list[_Known | None] = []
+        for known in spelled:
+            if known is None:
+                inputs.append(None)
+                continue
+            dtype, dims, data = known
+            inputs.append(
+                (dtype, dims, None if data is None else onnx.TensorProto.FromString(data))
+            )
+        return tuple(_inference(op_type, since, opset, ir_node, inputs, present, name))
+
+    return opset_reads.Call(op_type, domain, found, again)
 
 
 def _merge(existing: _Dims | None, inferred: _Dims) -> _Dims | None:
