@@ -178,19 +178,22 @@ def test_the_test_models_are_predicted_as_plainly(
     _assert_same_as_plain(model, plain, get_table(ep, version))
 
 
-def _random_scope(rng: random.Random, count: int) -> FlatScope:
-    """A DAG whose node list is shuffled (not in topological order)."""
+def _random_scope(
+    rng: random.Random, count: int, *, repeat: float = 0.0, fewest_inputs: int = 0
+) -> FlatScope:
+    """A DAG of Adds (IR nodes of their own) whose node list is shuffled (not in
+    topological order); with ``repeat``, about that share of them read the same inputs as
+    an earlier one (equal to it)."""
     scope = FlatScope("random", opset=21)
     values = [scope.new_value(f"in{i}", "input", "tensor(float)") for i in range(3)]
-    nodes = []
+    nodes: list[FlatNode] = []
     for i in range(count):
-        inputs: list[FlatValue | None] = [rng.choice(values) for _ in range(rng.randint(0, 3))]
-        node = FlatNode(f"n{i}", "Add", "", 14, inputs, [], "random")
-        for slot, value in enumerate(inputs):
-            assert value is not None
-            value.consumers.append((node, slot))
-        out = FlatValue(f"v{i}", "node", "tensor(float)", producer=node)
-        node.outputs.append(out)
+        if nodes and rng.random() < repeat:
+            inputs = list(rng.choice(nodes).inputs)  # equal to an earlier node
+        else:
+            width = rng.randint(fewest_inputs, fewest_inputs + 3)
+            inputs = [rng.choice(values) for _ in range(width)]
+        node, out = _add(f"n{i}", [v for v in inputs if v is not None], scope="random")
         values.append(out)
         nodes.append(node)
     rng.shuffle(nodes)
@@ -277,31 +280,6 @@ def test_the_inference_gives_the_same_shapes_in_any_topological_order(
     assert _inferred(model, lambda nodes: ort_topological_order(nodes)[::-1]) != expected
 
 
-def _scope_with_equal_nodes(rng: random.Random, count: int) -> FlatScope:
-    """A DAG of Adds (IR nodes of their own), many reading the same inputs as an earlier
-    one (equal to it), the node list shuffled."""
-    scope = FlatScope("random", opset=21)
-    values = [scope.new_value(f"in{i}", "input", "tensor(float)") for i in range(3)]
-    nodes: list[FlatNode] = []
-    for i in range(count):
-        if nodes and rng.random() < 0.4:
-            inputs = list(rng.choice(nodes).inputs)  # equal to an earlier node
-        else:
-            inputs = [rng.choice(values) for _ in range(rng.randint(1, 4))]
-        ir_node = ir.Node("", "Add", inputs=[])
-        node = FlatNode(f"n{i}", "Add", "", 14, inputs, [], "random", node=ir_node)
-        for slot, value in enumerate(inputs):
-            assert value is not None
-            value.consumers.append((node, slot))
-        out = FlatValue(f"v{i}", "node", "tensor(float)", producer=node)
-        node.outputs.append(out)
-        values.append(out)
-        nodes.append(node)
-    rng.shuffle(nodes)
-    scope.nodes = nodes
-    return scope
-
-
 def test_merges_keep_the_order_they_are_allowed_to(monkeypatch: pytest.MonkeyPatch) -> None:
     walks: list[int] = []
     walk = edits._ort_walk
@@ -314,7 +292,7 @@ def test_merges_keep_the_order_they_are_allowed_to(monkeypatch: pytest.MonkeyPat
     kept = refused = 0
     for seed in range(300):
         rng = random.Random(seed)
-        scope = _scope_with_equal_nodes(rng, rng.randint(2, 60))
+        scope = _random_scope(rng, rng.randint(2, 60), repeat=0.4, fewest_inputs=1)
         state = ScopeEdits(scope, [])
         for _ in range(3):  # rounds: merged consumers make equal nodes of their own
             state.order()
@@ -330,8 +308,9 @@ def test_merges_keep_the_order_they_are_allowed_to(monkeypatch: pytest.MonkeyPat
     assert kept > 10 and refused > 10  # the memo was kept through merges, and dropped
 
 
-def _add(name: str, inputs: list[FlatValue]) -> tuple[FlatNode, FlatValue]:
-    node = FlatNode(name, "Add", "", 14, list(inputs), [], "s", node=ir.Node("", "Add", inputs=[]))
+def _add(name: str, inputs: list[FlatValue], scope: str = "s") -> tuple[FlatNode, FlatValue]:
+    ir_node = ir.Node("", "Add", inputs=[])
+    node = FlatNode(name, "Add", "", 14, list(inputs), [], scope, node=ir_node)
     for slot, value in enumerate(inputs):
         value.consumers.append((node, slot))
     out = FlatValue(f"{name}_out", "node", "tensor(float)", producer=node)
