@@ -99,7 +99,7 @@ class _Declared:
         self._repeated.update(name for name in self._tensors if name in self._infos)
         self._all = infos
         self._protos: dict[str, onnx.TypeProto | None] = {}
-        self._strings: dict[str, str | None] = {}
+        self.strings: dict[str, str | None] = {}  # type_string's memo
         self._seen: dict[tuple[str, bool], tuple[onnx.TypeProto | None, onnx.TypeProto | None]] = {}
         self._keys: dict[tuple[str, bool], bytes] = {}
         self._inferred_types: dict[str, onnx.TypeProto] | None = None
@@ -139,7 +139,7 @@ class _Declared:
 
     def type_string(self, name: str) -> str | None:
         """The type a type rule reads: the declared one, else the inferred one."""
-        found = self._strings.get(name, _UNSEEN)
+        found = self.strings.get(name, _UNSEEN)
         if found is not _UNSEEN:
             return found
         if name in self._infos or name in self._tensors:  # a repeated name is one of them
@@ -151,7 +151,7 @@ class _Declared:
                 self.inferred(name)
             assert self._inferred_types is not None
             found = _string_of(self._inferred_types.get(name))
-        self._strings[name] = found
+        self.strings[name] = found
         return found
 
     def _sources(
@@ -358,6 +358,48 @@ def _run_adapter(
     return (frozenset(after) if len(after) != len(before) else None), len(kept_inputs)
 
 
+# How a node of one op steps down: None (no rule: the full pass decides), its steps (a
+# list, [] when unchanged), or, when each step is a derived type rule, those rules' checks
+# as (reads inputs, index, variadic, the types allowed below) (a tuple, never empty).
+_Check = tuple[bool, int, bool, frozenset[str]]
+_Plan = list[_Step] | tuple[_Check, ...] | None
+
+
+def _plan(steps: list[_Step] | None) -> _Plan:
+    """``steps`` as :func:`try_lower_proto` walks them (:data:`_Plan`)."""
+    if not steps or not all(entry.derived for _, _, entry, _ in steps):
+        return steps
+    checks = tuple(
+        (check.kind == "input", check.index, check.variadic, check.old_allowed)
+        for *_, step_checks in steps
+        for check in step_checks
+    )
+    return checks or []  # a derived rule without checks changes nothing
+
+
+def _checks_pass(node: onnx.NodeProto, checks: tuple[_Check, ...], declared: _Declared) -> bool:
+    """:func:`_types_allowed` of every derived step at once (the result is the same in
+    any order: each check must pass), with the type strings read from the memo first."""
+    strings = declared.strings
+    type_string = declared.type_string
+    for reads_inputs, index, variadic, allowed in checks:
+        names = node.input if reads_inputs else node.output
+        if variadic:
+            selected: Iterable[str] = names[index:]
+        elif index < len(names):
+            selected = (names[index],)
+        else:
+            continue
+        for name in selected:
+            if name:
+                found = strings.get(name, _UNSEEN)
+                if found is _UNSEEN:
+                    found = type_string(name)
+                if found not in allowed:
+                    return False
+    return True
+
+
 def _node_steps_down(
     node: onnx.NodeProto,
     steps: list[_Step],
@@ -412,20 +454,24 @@ def try_lower_proto(
     if _has_subgraph(graph.node):
         return False  # before any inference, which is told there is no subgraph
     declared = _Declared(proto)
-    steps: dict[tuple[str, str], list[_Step] | None] = {}  # (domain, op) -> its steps
+    plans: dict[tuple[str, str], _Plan] = {}  # (domain, op) -> its steps, or their checks
     edited: list[tuple[onnx.NodeProto, onnx.NodeProto]] = []
     verdicts: dict[tuple[object, ...], _Verdict] = {}
     for node in graph.node:
         key = (node.domain, node.op_type)
-        if key not in steps:
+        plan = plans.get(key, _UNSEEN)
+        if plan is _UNSEEN:
             default = schemas.is_default_domain(node.domain)
-            steps[key] = _steps_down(*key, source, target, registry) if default else []
-        found = steps[key]
-        if found is None:
+            plan = plans[key] = _plan(_steps_down(*key, source, target, registry) if default else [])
+        if plan is None:
             return False
-        if not found:
+        if not plan:
             continue
-        stepped = _node_steps_down(node, found, target, declared, verdicts)
+        if isinstance(plan, tuple):  # derived type rules only
+            if not _checks_pass(node, plan, declared):
+                return False
+            continue
+        stepped = _node_steps_down(node, plan, target, declared, verdicts)
         if stepped is False:
             return False
         if isinstance(stepped, onnx.NodeProto):
