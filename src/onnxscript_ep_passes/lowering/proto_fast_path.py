@@ -459,10 +459,10 @@ def try_lower_proto(
     verdicts: dict[tuple[object, ...], _Verdict] = {}
     for node in graph.node:
         key = (node.domain, node.op_type)
-        plan = plans.get(key, _UNSEEN)
-        if plan is _UNSEEN:
+        if key not in plans:
             default = schemas.is_default_domain(node.domain)
-            plan = plans[key] = _plan(_steps_down(*key, source, target, registry) if default else [])
+            plans[key] = _plan(_steps_down(*key, source, target, registry) if default else [])
+        plan = plans[key]
         if plan is None:
             return False
         if not plan:
