@@ -10,8 +10,10 @@ from onnxscript_ep_passes.lowering import node_copy
 
 
 def _slots(obj: object) -> dict[str, object]:
+    """Every slot of ``obj`` and whatever its ``__dict__`` holds, if it has one."""
     names = [n for cls in type(obj).__mro__ for n in getattr(cls, "__slots__", ())]
-    return {n: getattr(obj, n) for n in names if hasattr(obj, n)}
+    held = {n: getattr(obj, n) for n in names if hasattr(obj, n)}
+    return {**held, **{f"__dict__.{k}": v for k, v in getattr(obj, "__dict__", {}).items()}}
 
 
 def _attrs() -> list[ir.Attr]:

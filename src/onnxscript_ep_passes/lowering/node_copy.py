@@ -44,12 +44,29 @@ _NODE_SLOTS = (
     "doc_string",
 )
 
+_VALUE_SLOTS = (
+    "_const_value",
+    "_graph",
+    "_index",
+    "_is_graph_input",
+    "_is_graph_output",
+    "_is_initializer",
+    "_metadata",
+    "_metadata_props",
+    "_name",
+    "_producer",
+    "_shape",
+    "_type",
+    "_uses",
+    "doc_string",
+)
 _ATTR_SLOTS = ("_metadata", "_name", "_ref_attr_name", "_type", "_value", "doc_string")
 
 _Attributes = _graph_containers.Attributes
 
 FAST: bool = (
     tuple(sorted(getattr(ir.Node, "__slots__", ()))) == _NODE_SLOTS
+    and tuple(sorted(getattr(ir.Value, "__slots__", ()))) == _VALUE_SLOTS
     and hasattr(ir.Value, "_add_usage")
     and issubclass(_Attributes, collections.UserDict)
     and tuple(sorted(getattr(ir.Attr, "__slots__", ()))) == _ATTR_SLOTS
@@ -81,6 +98,26 @@ def copy_attr(attr: ir.Attr) -> ir.Attr:
     return new
 
 
+def _output(node: ir.Node, index: int) -> ir.Value:
+    """``ir.Value(node, index=index)``."""
+    value = _new(_Value)
+    value._producer = node
+    value._index = index
+    value._metadata = None
+    value._metadata_props = None
+    value._name = None
+    value._shape = None
+    value._type = None
+    value._const_value = None
+    value._uses = {}
+    value.doc_string = None
+    value._graph = None
+    value._is_graph_input = False
+    value._is_graph_output = False
+    value._is_initializer = False
+    return value
+
+
 def build_node(
     domain: str,
     op_type: str,
@@ -98,7 +135,7 @@ def build_node(
     node._domain = domain
     node._op_type = op_type
     node._inputs = held = tuple(inputs)
-    node._outputs = tuple([_Value(node, index=index) for index in range(num_outputs)])
+    node._outputs = tuple([_output(node, index) for index in range(num_outputs)])
     container = _new(_Attributes)
     container._owner = node
     container.data = {attr.name: attr for attr in attributes}
