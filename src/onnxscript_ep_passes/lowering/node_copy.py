@@ -13,9 +13,13 @@ Rules:
   inputs that are values or None, ``ir.Attr`` objects with distinct names, ``n >= 1``.
   Body templates (:mod:`.body_template`) hold such arguments, read from a node onnx-ir
   built.
-* It reads onnx-ir's slots; where this onnx-ir's ``Node`` or ``Attributes`` is not laid
-  out as known (:data:`FAST`), it calls ``ir.Node`` itself. The tests compare the two,
-  slot for slot.
+* :func:`copy_attr` gives an attribute equal to the one given, as ``ir.Attr`` would build
+  it, but holding the same value object (immutable: ints, floats, strings, tuples of
+  them, tensors): the serializer's memo (:mod:`~onnxscript_ep_passes.model_files.serialize`)
+  then sees one value, and a tuple is not copied per node.
+* Both read onnx-ir's slots; where this onnx-ir's ``Node``, ``Value``, ``Attr`` or
+  ``Attributes`` is not laid out as known (:data:`FAST`), they call ``ir.Node`` and
+  ``ir.Attr`` themselves. The tests compare the two ways, slot for slot.
 """
 
 from __future__ import annotations
