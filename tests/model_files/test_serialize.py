@@ -68,6 +68,32 @@ def test_a_repeated_body_is_written_as_onnx_ir_writes_it() -> None:
     _same(model)
 
 
+def test_attribute_values_memoized_by_value_only_where_equal_values_write_equal_bytes() -> None:
+    """Equal ints, ints and strings in distinct objects share a memo entry; floats (0.0
+    equals -0.0) and tensors do not, so each node keeps its own bytes."""
+    model, graph, _ = _model()
+    x = graph.inputs[0]
+    attributes = [
+        ("Transpose", ir.Attr("perm", ir.AttributeType.INTS, [1, 0])),
+        ("Transpose", ir.Attr("perm", ir.AttributeType.INTS, [1, 0])),  # equal, not the same
+        ("Transpose", ir.Attr("perm", ir.AttributeType.INTS, [0, 1])),
+        ("Softmax", ir.AttrInt64("axis", 1)),
+        ("Softmax", ir.AttrInt64("axis", -1)),
+        ("Softmax", ir.AttrInt64("axis", 1)),
+        ("LeakyRelu", ir.AttrFloat32("alpha", 0.0)),
+        ("LeakyRelu", ir.AttrFloat32("alpha", -0.0)),
+        ("DepthToSpace", ir.AttrString("mode", "DCR")),
+        ("DepthToSpace", ir.AttrString("mode", "CRD")),
+        ("DepthToSpace", ir.AttrString("mode", "DCR")),
+    ]
+    for op, attr in attributes:
+        graph.append(ir.node(op, [x], attributes={attr.name: attr}))
+    _same(model)
+    written = serialize_model(model).graph.node[-len(attributes) :]
+    alphas = [a.f for n in written for a in n.attribute if a.name == "alpha"]
+    assert [np.signbit(a) for a in alphas] == [False, True]
+
+
 def test_nodes_with_subgraphs_or_metadata_are_written_by_onnx_ir() -> None:
     model, graph, current = _model()
     then = ir.Graph([], [], nodes=[], name="then")

@@ -11,7 +11,8 @@ Rules:
 * :meth:`BodyTemplate.insert` builds the body's nodes before the node through the
   context, in body order, each named by the context and read at the body's opset: the
   nodes copying the body node by node (:func:`.function_body.copy_body_node`) builds.
-  Attributes are fresh objects per copy (their values are immutable and shared).
+  Attributes are fresh objects per copy (their values are immutable and shared, the same
+  objects: :func:`.node_copy.copy_attr`); nodes are built by :func:`.node_copy.build_node`.
 * The first copy's output types are inferred by the context, node by node.
   :meth:`BodyTemplate.record_types` keeps them when every one is known; later copies
   then get equal, fresh type objects and equal shapes (a frozen shape, as inference
@@ -36,6 +37,7 @@ import onnx_ir as ir
 
 from onnxscript_ep_passes.lowering import schemas
 from onnxscript_ep_passes.lowering.body_site import BodySite
+from onnxscript_ep_passes.lowering.node_copy import build_node, copy_attr
 from onnxscript_ep_passes.lowering.types import holds_small_constant, known_type
 
 # A value of the body: (-1, i) is the node's input i; (j, k) is output k of body node j.
@@ -65,13 +67,33 @@ class BodyTemplate:
     ) -> None:
         self.opset = opset  # the opset the body's nodes are read at
         self.built_outputs = tuple(built_outputs)  # the body's output names, as built
-        self._nodes = tuple(nodes)
         # Per body node, the positions of the node's inputs it reads.
-        self._formal = tuple(
+        formal = [
             frozenset(r[1] for r in n.inputs if r is not None and r[0] == _FORMAL) for n in nodes
-        )
+        ]
         self._outputs = tuple(outputs)
         self._types: tuple[_OutputTypes, ...] | None = None
+        # A copy's values as one list: None, the node's inputs (those read), each body
+        # node's outputs in turn; a reference is a position in it (0: no value).
+        refs = [*(r for n in nodes for r in n.inputs), *outputs]
+        self._width = 1 + max((r[1] for r in refs if r is not None and r[0] == _FORMAL), default=-1)
+        starts: list[int] = []
+        start = 1 + self._width
+        for n in nodes:
+            starts.append(start)
+            start += n.num_outputs
+
+        def slot(ref: _Ref | None) -> int:
+            if ref is None:
+                return 0
+            return 1 + ref[1] if ref[0] == _FORMAL else starts[ref[0]] + ref[1]
+
+        # Per body node, what a copy of it is built from (insert).
+        self._plan = tuple(
+            (n.domain, n.op_type, tuple(slot(r) for r in n.inputs), n.attributes, n.num_outputs, f)
+            for n, f in zip(nodes, formal)
+        )
+        self._output_slots = tuple(slot(r) for r in outputs)
 
     @property
     def typed(self) -> bool:
@@ -129,31 +151,34 @@ class BodyTemplate:
         }
         typed_run: list[ir.Node] = []  # typed nodes built, not inserted yet: one insertion
 
-        count = len(inputs)
-
-        def value(ref: _Ref | None) -> ir.Value | None:
-            if ref is None:
-                return None
-            index, position = ref
-            if index == _FORMAL:
-                return inputs[position] if position < count else None
-            return built[index].outputs[position]
-
+        # The copy's values (BodyTemplate.__init__): inputs past the node's are absent.
+        values: list[ir.Value | None] = [None, *inputs[: self._width]]
+        values.extend([None] * (1 + self._width - len(values)))
         fresh_name = ctx.fresh_name
-        for index, body_node in enumerate(self._nodes):
-            new = ir.Node(
-                body_node.domain,
-                body_node.op_type,
-                [value(ref) for ref in body_node.inputs],
-                [_fresh(attr) for attr in body_node.attributes],
-                num_outputs=body_node.num_outputs,
-                name=fresh_name(body_node.op_type),
+        read = values.__getitem__
+        tensor_type = ir.TensorType
+        for index, (domain, op_type, slots, attributes, num_outputs, formal) in enumerate(
+            self._plan
+        ):
+            new = build_node(
+                domain,
+                op_type,
+                list(map(read, slots)),
+                list(map(copy_attr, attributes)),
+                num_outputs,
+                fresh_name(op_type),
             )
-            reads_data = bool(data) and not data.isdisjoint(self._formal[index])
             built.append(new)
-            if types is not None and not reads_data:
-                for out, (type_, shape) in zip(new.outputs, types[index]):
-                    out.type, out.shape = _copy_type(type_), _copy_shape(shape)
+            outputs = new.outputs
+            values.extend(outputs)
+            if types is not None and (not data or data.isdisjoint(formal)):
+                for out, (type_, shape) in zip(outputs, types[index]):  # as _copy_type, _copy_shape
+                    out.type = (
+                        tensor_type(type_.dtype, denotation=type_.denotation)
+                        if type(type_) is tensor_type
+                        else _copy_type(type_)
+                    )
+                    out.shape = shape if shape is None or shape.frozen else shape.copy()
                 typed_run.append(new)
                 continue
             if typed_run:  # inserted first: inference reads their outputs by name
@@ -165,7 +190,7 @@ class BodyTemplate:
         if typed_run:
             ctx.insert_typed(typed_run, self.opset)
         exact = self._types is not None and types is not None
-        return built, [value(ref) for ref in self._outputs], exact
+        return built, [values[slot] for slot in self._output_slots], exact
 
     def record_types(self, built: Sequence[ir.Node]) -> None:
         """Keep the output types ``built`` (this template's first copy) got, if all known."""
@@ -199,10 +224,6 @@ def bind_references(ctx: BodySite, inner: ir.Node, attributes: dict[str, ir.Attr
         else:
             bound.append(attr)
     return bound
-
-
-def _fresh(attr: ir.Attr) -> ir.Attr:
-    return ir.Attr(attr.name, attr.type, attr.value, doc_string=attr.doc_string)
 
 
 def _copy_type(type_: ir.TypeProtocol | None) -> ir.TypeProtocol | None:

@@ -76,13 +76,15 @@ class NodeNames:
         return self._used
 
     def fresh(self, base: str) -> str:
-        used = self._names_in_use()
-        count = self._next.get(base, 0)
-        while True:
+        used = self._used
+        if used is None:
+            used = self._names_in_use()
+        count = self._next.get(base, 0) + 1
+        name = f"{base}_{count}"
+        index = self._index
+        while name in used or (index is not None and index.in_use(name)):
             count += 1
             name = f"{base}_{count}"
-            if name not in used and (self._index is None or not self._index.in_use(name)):
-                break
         self._next[base] = count
         used.add(name)
         return name

@@ -11,8 +11,9 @@ distinct one once and copying it (in C) for the others. Rules:
   the model, graph inputs, initializers, outputs and functions are onnx-ir's.
 * A main-graph node's proto is its op, domain, overload, doc string and attributes
   (memoized) plus its name, input and output names (set per node). The memo key holds
-  the attribute values by identity: the model is neither changed nor freed while it is
-  serialized, so an identity names one value throughout. A node with metadata, device
+  an int, ints or string attribute's value itself (equal values write equal bytes), any
+  other by identity: the model is neither changed nor freed while it is serialized, so
+  an identity names one value throughout. A node with metadata, device
   configurations or a subgraph attribute is written by onnx-ir.
 * A node output gets a ValueInfoProto when onnx-ir gives it one (a type, shape, doc
   string or metadata, and a name; never for a graph output). With a plain tensor type
@@ -53,6 +54,10 @@ _QUANT_FIELD = "quant_parameter_tensor_names"
 _FUNCTION_VALUE_INFO_IR_VERSION = 10
 
 _SUBGRAPH = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+# Attribute values the memo key holds by value (equal values write equal bytes): an int,
+# a tuple of ints, a string; any other by identity.
+_BY_VALUE = frozenset((ir.AttributeType.INT, ir.AttributeType.INTS, ir.AttributeType.STRING))
+_HASHED = (int, tuple, str)
 # onnx-ir makes a node's or value's ``meta`` store and ``metadata_props`` dict on their
 # first read; unread (its slot still None) is empty. They are read from the slots
 # (where this onnx-ir has them), so that writing 240k nodes makes no empty store.
@@ -408,8 +413,16 @@ class _Writer:
         for attr in node.attributes.data.values():  # a dict: read as walk() reads it
             if attr.type in _SUBGRAPH:
                 return None
+            kind = attr.type
+            value = attr.value
             attributes.append(
-                (attr.name, attr.type, attr.doc_string, attr.ref_attr_name, id(attr.value))
+                (
+                    attr.name,
+                    kind,
+                    attr.doc_string,
+                    attr.ref_attr_name,
+                    value if kind in _BY_VALUE and type(value) in _HASHED else id(value),
+                )
             )
         key = (node.op_type, node.domain, node.overload, node.doc_string, *attributes)
         cached = self._nodes.get(key)
