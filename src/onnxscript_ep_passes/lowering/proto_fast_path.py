@@ -218,28 +218,12 @@ def _tensor_type_string(elem_type: int) -> str | None:
     return type_string(ir.serde.deserialize_type_proto_for_type(proto))
 
 
-def _types_allowed(
-    node: onnx.NodeProto, checks: tuple[schemas.TypeCheck, ...], declared: _Declared
-) -> bool:
-    """The derived type rule of a step (its ``checks``), on the node's types."""
-    type_string = declared.type_string
-    for check in checks:
-        names = node.input if check.kind == "input" else node.output
-        if not check.variadic:  # the usual case: one formal parameter
-            if check.index < len(names):
-                name = names[check.index]
-                if name and type_string(name) not in check.old_allowed:
-                    return False
-            continue
-        for name in names[check.index :]:
-            if name and type_string(name) not in check.old_allowed:
-                return False
-    return True
-
-
+# A derived type rule's check of one formal parameter: (reads inputs, index, variadic,
+# the types allowed below), as :func:`_checks_pass` reads it.
+_Check = tuple[bool, int, bool, frozenset[str]]
 # One step of an op down to the target: its version, the version below, the registry's
 # rule for it and (a derived type rule) the checks it makes.
-_Step = tuple[int, int, AdapterEntry, tuple[schemas.TypeCheck, ...]]
+_Step = tuple[int, int, AdapterEntry, tuple[_Check, ...]]
 
 
 def _steps_down(
@@ -259,7 +243,10 @@ def _steps_down(
         if entry is None or previous is None:
             return None
         typed = entry.derived or entry.types_only is not None
-        checks = schemas.type_checks(op_type, version, domain) if typed else ()
+        checks = tuple(
+            (check.kind == "input", check.index, check.variadic, check.old_allowed)
+            for check in (schemas.type_checks(op_type, version, domain) if typed else ())
+        )
         found.append((version, previous, entry, checks))
         version = previous
     return found
@@ -359,9 +346,8 @@ def _run_adapter(
 
 
 # How a node of one op steps down: None (no rule: the full pass decides), its steps (a
-# list, [] when unchanged), or, when each step is a derived type rule, those rules' checks
-# as (reads inputs, index, variadic, the types allowed below) (a tuple, never empty).
-_Check = tuple[bool, int, bool, frozenset[str]]
+# list, [] when unchanged), or, when each step is a derived type rule, those rules'
+# checks (a tuple, never empty).
 _Plan = list[_Step] | tuple[_Check, ...] | None
 
 
@@ -369,17 +355,14 @@ def _plan(steps: list[_Step] | None) -> _Plan:
     """``steps`` as :func:`try_lower_proto` walks them (:data:`_Plan`)."""
     if not steps or not all(entry.derived for _, _, entry, _ in steps):
         return steps
-    checks = tuple(
-        (check.kind == "input", check.index, check.variadic, check.old_allowed)
-        for *_, step_checks in steps
-        for check in step_checks
-    )
+    checks = tuple(check for *_, step_checks in steps for check in step_checks)
     return checks or []  # a derived rule without checks changes nothing
 
 
 def _checks_pass(node: onnx.NodeProto, checks: tuple[_Check, ...], declared: _Declared) -> bool:
-    """:func:`_types_allowed` of every derived step at once (the result is the same in
-    any order: each check must pass), with the type strings read from the memo first."""
+    """Whether the node's types pass ``checks``: one step's derived type rule, or those
+    of several steps at once (the result is the same in any order: each check must
+    pass), the type strings read from the memo first."""
     strings = declared.strings
     type_string = declared.type_string
     for reads_inputs, index, variadic, allowed in checks:
@@ -412,7 +395,7 @@ def _node_steps_down(
     work = node
     for version, previous, entry, checks in steps:
         if entry.derived or (entry.types_only is not None and entry.types_only(work)):
-            if not _types_allowed(work, checks, declared):
+            if not _checks_pass(work, checks, declared):
                 return False
         else:
             if work is node:
