@@ -5,8 +5,9 @@ every graph it writes, whichever path built it: the proto fast path, the IR save
 early weights copy):
 
 * The model must pass ``onnx.checker.check_model(full_check=True)`` (the structural
-  checks and strict shape inference). Otherwise ValueError, one line: OUT, the checker's
-  message, "nothing was written"; the caller's staged files are removed.
+  checks and strict shape inference; on a large model the two run at once,
+  :mod:`.split_check`, with the same answer). Otherwise ValueError, one line: OUT, the
+  checker's message, "nothing was written"; the caller's staged files are removed.
 * The main graph's inputs and outputs must each have a type, and a tensor type a shape
   (its rank; dimensions may be unknown), as the checker requires; the message names the
   value (the checker's own does not).
@@ -45,6 +46,7 @@ import onnx.helper
 
 from onnxscript_ep_passes.core.onnx_utils import get_schema, iter_nodes
 from onnxscript_ep_passes.model_files.serialize import SerializedModel
+from onnxscript_ep_passes.model_files.split_check import full_check
 
 ORT_DEFAULT_DOMAIN_STANDIN = "onnxscript_ep_passes.ort_default_domain"
 """The domain the checked copy gives ai.onnx-domain nodes onnx has no schema for."""
@@ -245,7 +247,7 @@ def _check(
     problem = _signature_problem(graph)
     if problem is None:
         try:
-            onnx.checker.check_model(checkable(), full_check=True)
+            full_check(checkable())  # the checker's full check (split on a large model)
         except Exception as error:  # ValidationError, InferenceError (the C++ checker)
             problem = _one_line(error)
     if problem is not None:
