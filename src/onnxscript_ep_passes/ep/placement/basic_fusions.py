@@ -46,7 +46,7 @@ def fuse_contiguous_reshapes(state: ScopeEdits) -> bool:
                 break
             if any(o is not None and (o.consumers or o.is_output) for o in chain[-1].outputs[1:]):
                 break
-            following, slot = out.consumers[0]
+            following, slot = out.consumers.first()
             if (
                 slot != 0
                 or not state.optimizable(following)

@@ -44,7 +44,7 @@ from onnxscript_ep_passes.core.onnx_utils import (
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.live_tables import installed_cpu_table
 from onnxscript_ep_passes.ep.names import normalize_domain
-from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatScope, FlatValue
+from onnxscript_ep_passes.ep.placement.graph import Consumers, FlatNode, FlatScope, FlatValue
 from onnxscript_ep_passes.ep.placement.kernels import (
     cached_decision,
     decisions_of,
@@ -286,7 +286,7 @@ class Flattener:
             )
             for i, val in enumerate(inputs):
                 if val is not None:
-                    val.consumers.append((flat, i))
+                    val.consumers[(flat, i)] = None  # Consumers.append, without its call
             untyped = False
             outputs = flat.outputs
             out_types: list[str | None] = []
@@ -296,7 +296,7 @@ class Flattener:
                     out_types.append(None)
                     continue
                 dtype = type_string(out.type)
-                val = FlatValue(out.name, "node", dtype, None, flat, slot, [], False, out)
+                val = FlatValue(out.name, "node", dtype, None, flat, slot, Consumers(), False, out)
                 values.append(val)
                 env[out] = val
                 outputs.append(val)

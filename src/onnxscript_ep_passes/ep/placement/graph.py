@@ -13,11 +13,16 @@ Rules:
   at its call (``call_attributes``) and whether it comes from a schema body ORT inlines
   (``inlined_by_ort``); the phases fill in its placement.
 - Flat values and nodes compare and hash by identity.
+- A value's :class:`Consumers` are the ``(node, input slot)`` pairs that read it, in the
+  order they came: an ordered set, so that dropping one costs the same however many
+  there are (a value that common-subexpression elimination shares across a decoder's
+  blocks has one per block: as a list, removing them was quadratic in the blocks, 0.36 s
+  of a 7 s prediction of the 40k-node decoder at opset 22).
 """
 
 from __future__ import annotations
 
-__all__ = ["FlatNode", "FlatScope", "FlatValue", "ValueKind"]
+__all__ = ["Consumers", "FlatNode", "FlatScope", "FlatValue", "ValueKind"]
 
 import dataclasses
 from collections.abc import Mapping
@@ -31,6 +36,25 @@ from onnxscript_ep_passes.ep.placement.results import ReasonCode
 ValueKind = Literal["input", "initializer", "node", "outer"]
 
 
+class Consumers(dict[tuple["FlatNode", int], None]):
+    """The ``(node, slot)`` pairs reading a value, in the order they came (module rules);
+    each pair is there at most once (``node.inputs[slot]`` is that value)."""
+
+    __slots__ = ()
+
+    def append(self, use: tuple[FlatNode, int]) -> None:
+        """Add ``use`` last."""
+        self[use] = None
+
+    def remove(self, use: tuple[FlatNode, int]) -> None:
+        """Drop ``use`` (KeyError when it is not there)."""
+        del self[use]
+
+    def first(self) -> tuple[FlatNode, int]:
+        """The earliest use (StopIteration when there is none)."""
+        return next(iter(self))
+
+
 @dataclasses.dataclass(eq=False, slots=True)
 class FlatValue:
     name: str
@@ -39,7 +63,7 @@ class FlatValue:
     size: int | None = None  # element count of an initializer
     producer: FlatNode | None = None
     producer_slot: int = 0
-    consumers: list[tuple[FlatNode, int]] = dataclasses.field(default_factory=list)
+    consumers: Consumers = dataclasses.field(default_factory=Consumers)
     is_output: bool = False
     ir_value: ir.Value | None = None  # the IR value whose data this is
     shape: tuple[int, ...] | None = None  # static to ORT, not to the model (.load_shapes)
