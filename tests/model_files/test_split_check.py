@@ -96,14 +96,13 @@ def test_small_models_are_checked_in_process(monkeypatch: pytest.MonkeyPatch) ->
     assert created == []  # far below SPLIT_BYTES
 
 
-def test_the_output_check_refuses_the_same_way_split(tmp_path: Path, split_always: None) -> None:
+def test_the_output_check_refuses_the_same_way_split(
+    tmp_path: Path, split_always: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     messages = []
     for split in (True, False):
-        forked.FORK = split
-        try:
-            with pytest.raises(ValueError, match="Incompatible dimensions") as error:
-                check_output(_inference_error(), tmp_path / "o.onnx")
-        finally:
-            forked.FORK = True
+        monkeypatch.setattr(forked, "FORK", split)
+        with pytest.raises(ValueError, match="Incompatible dimensions") as error:
+            check_output(_inference_error(), tmp_path / "o.onnx")
         messages.append(str(error.value))
     assert messages[0] == messages[1]

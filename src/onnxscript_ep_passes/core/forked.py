@@ -1,6 +1,6 @@
-"""Work done by a forked child process beside this one, for the steps of writing a large
-model that hold the GIL (onnx's C++ checker, the serializer's Python loop) and so cannot
-overlap in threads (issue 23).
+"""Work done by a forked child process beside this one, for steps that hold the GIL and so
+cannot overlap in threads: onnx's C++ checker on a large output model (issue 23,
+:mod:`~onnxscript_ep_passes.model_files.split_check`).
 
 Rules:
 
