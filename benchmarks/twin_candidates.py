@@ -6,8 +6,9 @@ opportunity and the obstacle on one model, without changing the search:
 
 * It runs the search ``lower --ep`` runs (:func:`~onnxscript_ep_passes.passes.lower_for_ep`'s
   ``_search``, plain and legalized candidates) with a timer around each candidate
-  (``lower_and_predict``, ``add_legalized``); a twin's lower plain candidate is derived
-  (:mod:`onnxscript_ep_passes.passes.twins`) unless ``--fresh`` is given.
+  (``lower_and_predict``, ``add_legalized``); a twin's lower plain candidate, and its
+  legalization, are derived (:mod:`onnxscript_ep_passes.passes.twins`) unless
+  ``--fresh`` is given.
 * For each consecutive pair it says whether the predictions are *identical*, *equal but
   for the labels* (each record's ``since_version`` and ``reason``; placements, reason
   codes, Memcpy and removed nodes equal) or *different*, and whether the costs are equal.
@@ -189,6 +190,7 @@ def run(path: Path, ep: str, ort_version: str, fresh: bool = False) -> dict[str,
         "search_s": search_s,
         "seconds": {f"{name} {opset}": s for (name, opset), s in sorted(seconds.items())},
         "derived": sorted(search.derived),
+        "legalized_derived": sorted(search.legalized_derived),
         "steps": steps,
         "pairs": pairs,
         "changed_schema_inference": {o: dict(c) for o, c in inference.items()},
@@ -206,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     found = run(args.model, args.ep, args.ort_version, args.fresh)
     logger.info("%s; search %.2f s", found["summary"], found["search_s"])
     logger.info("derived plain candidates: %s", found["derived"] or "none")
+    logger.info("derived legalizations: %s", found["legalized_derived"] or "none")
     for label, s in found["seconds"].items():
         logger.info("  %-22s %.2f s", label, s)
     for target, step in sorted(found["steps"].items(), reverse=True):

@@ -1,8 +1,10 @@
-"""The candidates of the EP search: the chosen legalized candidate's model the one the
-search built, a legalized model not kept rebuilt on demand, and each candidate equal to
-its evaluation from scratch (on real exports, and as a property of random decoder-shaped
-models: the priced candidates are the built-and-predicted ones, and so is what the pass
-returns)."""
+"""The candidates of the EP search: the chosen legalized candidate's model built once, by
+replaying its legalization's edits, and equal to the model the search priced (or the
+working copy itself, for the last candidate), and each candidate equal to its evaluation
+from scratch (on real exports, and as a property of random decoder-shaped models: the
+priced candidates are the built-and-predicted ones, each legalized one's replayed edits
+make the model a fresh legalization makes, and what the pass returns is the chosen
+candidate)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from onnxscript_ep_passes.passes.lower_for_ep import (
     LowerOpsetForEpPass,
     _search,
 )
+from onnxscript_ep_passes.passes.rewrites import replay_rewrites
 from tests.harness import benchmark_decoder, run_model
 from tests.passes import gelu_neg_model, no_gelu_table
 from tests.torch_models import LLM_DIMS, llm_export
@@ -42,9 +45,9 @@ def _ops(model: ir.Model) -> collections.Counter[str]:
 
 
 def test_a_legalized_model_not_kept_is_rebuilt_the_same() -> None:
-    # Gelu has no kernel: every candidate opset 24..20 gets a legalized variant. The
-    # search keeps only the best-ranked one's model; dominance may choose another, whose
-    # model is then rebuilt (lowering steps, then legalization) and must be the same.
+    # Gelu has no kernel: every candidate opset 24..20 gets a legalized variant. Each
+    # one's model built on demand (lowering steps, then its legalization's edits
+    # replayed) is the one the search legalized (kept here: keep_models).
     original, table = gelu_neg_model(), no_gelu_table()
     model = ir.from_proto(original)
     _, _, search = _search(model, table, None, 20, True, SearchSettings(keep_models=True))
@@ -60,6 +63,7 @@ def test_a_legalized_model_not_kept_is_rebuilt_the_same() -> None:
         assert rebuilt.opset_imports[""] == opset
         assert _ops(rebuilt) == _ops(kept), opset
         proto = ir.to_proto(rebuilt)
+        assert proto == ir.to_proto(kept), opset
         onnx.checker.check_model(proto, full_check=True)
         actual, how = run_model(proto, feeds)
         assert how == "onnxruntime"
@@ -67,15 +71,16 @@ def test_a_legalized_model_not_kept_is_rebuilt_the_same() -> None:
     assert _ops(model) == {"Gelu": 1, "Neg": 1}  # the model searched is untouched
 
 
-def test_the_chosen_legalized_model_is_the_one_the_search_built() -> None:
-    # The search keeps the best legalized candidate's model as it goes (dropping the ones
-    # it beats) and returns it: its prediction and price are the chosen candidate's.
+def test_the_chosen_legalized_model_is_the_one_the_search_priced() -> None:
+    # The search builds the chosen legalized candidate's model once, after it (its
+    # legalization's edits replayed) and returns it: its prediction and price are the
+    # chosen candidate's.
     original, table = gelu_neg_model(), no_gelu_table()
     model = ir.from_proto(original)
     choice, kept, search = _search(model, table, None, 20, True, SearchSettings())
     assert choice.legalized and kept is not None
     chosen = choice.candidates[(choice.chosen_opset, True)]
-    assert kept is search.legalized[choice.chosen_opset].model  # not rebuilt
+    assert kept is search.legalized[choice.chosen_opset].model
     assert [c.opset for c in search.legalized.values() if c.model is not None] == [chosen.opset]
     assert kept.opset_imports[""] == chosen.opset
     again = predict_placement(kept, table)
@@ -217,4 +222,15 @@ def _assert_candidates_from_scratch(
         assert [n.op_type for n in legalized.legalization.expanded] == [  # type: ignore[union-attr]
             n.op_type for n in result.expanded
         ]
+        # What the search builds of a chosen legalized candidate (its legalization's edits
+        # replayed, nothing predicted) is the model the fresh legalization made.
+        assert legalized.legalization is not None
+        replayed = ir.from_proto(proto)
+        made: set[ir.Node] = set()
+        for step in range(source - 1, opset - 1, -1):
+            made.update(run_lowering(replayed, step).built)
+        again = [n for n in ir.traversal.RecursiveGraphIterator(replayed.graph) if n in made]
+        result_kept = legalized.legalization
+        replay_rewrites(replayed, opset, result_kept.rewrites, table, again)
+        assert ir.to_proto(replayed) == ir.to_proto(fresh), opset
     assert choice.chosen_opset in search.plain

@@ -1,10 +1,12 @@
-"""A plain candidate derived from the one above it (:mod:`onnxscript_ep_passes.passes.twins`)
-is the fresh computation: every candidate's entry, its prediction's records (labels
-included), the choice and the report are those of the search that derives nothing
-(``REUSE_TWINS`` off). On a decoder (its 21 -> 20 step relabels Reshape, Transpose,
-Unsqueeze ... and CastLike's inlined body), on a small model whose labels change but
-not its placement, and on one whose table answers differently one opset lower (nothing
-derived)."""
+"""A plain candidate derived from the one above it (:mod:`onnxscript_ep_passes.passes.twins`),
+and its legalization, are the fresh computation: every candidate's entry, its
+prediction's records (labels included), each legalization's decisions, the choice and the
+report are those of the search that derives nothing (``REUSE_TWINS`` off). On a decoder
+(its 21 -> 20 step relabels Reshape, Transpose, Unsqueeze ... and CastLike's inlined
+body; the legalization folds 781 nodes and tries none), on a small model whose labels
+change but not its placement, on one whose table answers differently one opset lower
+(nothing derived), and on the decoder with a folding that answers differently one opset
+lower (its legalization not derived)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import pytest
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.placement import PlacementPrediction, predict_placement
 from onnxscript_ep_passes.ep.table_choice import get_table
-from onnxscript_ep_passes.passes import candidates
+from onnxscript_ep_passes.passes import candidates, static_shapes
 from onnxscript_ep_passes.passes.candidates import CandidateSearch, SearchSettings
 from onnxscript_ep_passes.passes.lower_for_ep import EpLoweringChoice, _search
 from onnxscript_ep_passes.passes.twins import derive_prediction
@@ -80,8 +82,20 @@ def _assert_same_search(
     """The search with derivation equals the one without; the former's search."""
     model, choice, search = _search_of(path, table, True, monkeypatch)
     fresh_model, fresh_choice, fresh = _search_of(path, table, False, monkeypatch)
-    assert not fresh.derived
+    assert not fresh.derived and not fresh.legalized_derived
+    assert search.legalized_derived <= search.derived
     assert sorted(choice.candidates) == sorted(fresh_choice.candidates)
+    assert sorted(search.legalizations) == sorted(fresh.legalizations)
+    for opset, candidate in search.legalizations.items():
+        ours, theirs = candidate.legalization, fresh.legalizations[opset].legalization
+        assert ours is not None and theirs is not None
+        assert [str(d) for d in ours.decisions] == [str(d) for d in theirs.decisions], opset
+        assert (ours.folded, ours.tried, ours.modified) == (
+            theirs.folded,
+            theirs.tried,
+            theirs.modified,
+        ), opset
+        assert _records(ours.before) == _records(theirs.before), opset
     for key, entry in choice.candidates.items():
         other = fresh_choice.candidates[key]
         assert _records(entry.prediction) == _records(other.prediction), key
@@ -106,6 +120,9 @@ def test_decoder_twin_is_the_fresh_candidate(tmp_path: Path, monkeypatch: pytest
     benchmark_decoder(path, 1200, 400_000)
     search = _assert_same_search(path, get_table("cuda", "1.24"), monkeypatch)
     assert search.derived == {20}  # 21 -> 20 relabels, and places the same
+    assert search.legalized_derived == {20}  # and so does the model with its shape math folded
+    derived = search.legalizations[20].legalization
+    assert derived is not None and derived.folded > 0 and not derived.tried
     relabelled = {
         (a.op_type, a.since_version, b.since_version)
         for a, b in zip(search.plain[21].prediction.nodes, search.plain[20].prediction.nodes)
@@ -153,6 +170,30 @@ def test_table_answer_differs_below(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert 20 not in search.derived  # Transpose-13 has no kernel: predicted afresh
     placements = {n.placement for n in search.plain[20].prediction.nodes}
     assert placements == {"cpu"}
+
+
+def test_folding_that_answers_differently_below(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Were ONNX's reference unable to run Div at opset 20, the legalization at 20 would
+    fold less than the one at 21: it is legalized afresh (rule 7), as the fresh search does."""
+    path = tmp_path / "decoder.onnx"
+    benchmark_decoder(path, 1200, 400_000)
+    evaluated = static_shapes._evaluated
+
+    def opset_dependent(
+        op_type: str, outputs: int, names: Any, attributes: Any, feeds: Any, opset: int, key: Any
+    ) -> Any:
+        if op_type == "Div" and opset <= 20:
+            return None
+        return evaluated(op_type, outputs, names, attributes, feeds, opset, key)
+
+    monkeypatch.setattr(static_shapes, "_evaluated", opset_dependent)
+    static_shapes._EVALUATED.clear()
+    search = _assert_same_search(path, get_table("cuda", "1.24"), monkeypatch)
+    assert search.derived == {20} and not search.legalized_derived
+    folded = {k: c.legalization.folded for k, c in search.legalizations.items() if c.legalization}
+    assert folded[20] < folded[21]
 
 
 def test_nothing_derived_without_a_record(tmp_path: Path):

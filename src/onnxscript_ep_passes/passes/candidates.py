@@ -10,12 +10,16 @@
 - :class:`CandidateSearch`: the candidates of one model on one kernel table, priced as
   they are added: plain ones on the working copy, legalized ones on the working copy
   legalized in place and then put back (:mod:`~onnxscript_ep_passes.core.checkpoint`), so
-  the search holds one copy of the model whatever the number of candidates, plus the
-  model of the best legalized candidate so far (kept, not rebuilt, when it is chosen).
+  the search holds one copy of the model whatever the number of candidates. The chosen
+  legalized candidate's model is built once, after the search, by replaying its
+  legalization's edits on the lowered copy (:meth:`CandidateSearch.model_of`), unless it
+  is the last made on the working copy (then it is the working copy).
   A plain candidate whose lowering step changed no node is derived from the one above
   it, relabelled, where :mod:`.twins` proves it equal to the fresh prediction and price
   (else, and with ``keep_models`` or a wanted opset, it is predicted afresh); it ties
-  its twin above, which the tie goes to, so it is never the one chosen.
+  its twin above, which the tie goes to, so it is never the one chosen. So is its
+  legalized candidate, where :func:`~.twins.derive_legalization` proves it the one above
+  relabelled (the working copy is then not folded, nor predicted again).
 - :func:`measure_candidates`: with ``measure``, the candidates worth running (the best
   few by estimate, one per distinct estimate, plus the source, the best plain and the
   best legalized) run in real sessions (:mod:`~onnxscript_ep_passes.ep.measure`); the
@@ -39,7 +43,6 @@ __all__ = [
 
 import dataclasses
 import logging
-from collections.abc import Callable
 
 import onnx_ir as ir
 
@@ -63,7 +66,8 @@ from onnxscript_ep_passes.ep.placement.opset_reads import OpsetReads, recording
 from onnxscript_ep_passes.errors import DowngradeError
 from onnxscript_ep_passes.lowering.lower_opset import default_opset, run_lowering
 from onnxscript_ep_passes.passes.legalize import LegalizationResult, legalize
-from onnxscript_ep_passes.passes.twins import derive_prediction
+from onnxscript_ep_passes.passes.rewrites import replay_rewrites
+from onnxscript_ep_passes.passes.twins import derive_legalization, derive_prediction
 
 logger = logging.getLogger(__name__)
 
@@ -125,8 +129,9 @@ class Candidate:
     rank: CandidateRank
     origin: Correspondence | None  # the candidate's copy -> the model; None: the model itself
     legalization: LegalizationResult | None = None
-    # Kept with keep_models (to measure), or while it is the best so far (the model the
-    # pass keeps); else dropped, so the search holds at most two candidates' models.
+    # Kept with keep_models (to measure); a legalized one's working copy itself, while it
+    # is the best so far and the last candidate made on it; else built when chosen
+    # (CandidateSearch.model_of), so the search holds no candidate's model but these.
     model: ir.Model | None = None
     # The model's nodes the candidate replaces (lowering's adapters) / expands (legalization).
     replaced_nodes: frozenset[ir.Node] = frozenset()
@@ -176,7 +181,9 @@ class CandidateSearch:
         self.blocked: DowngradeError | None = None
         self.best: Candidate | None = None  # the best so far of those that may be chosen
         self.derived: set[int] = set()  # the plain candidates derived from the one above
+        self.legalized_derived: set[int] = set()  # the legalizations derived likewise
         self._reads: OpsetReads | None = None  # the calls of the last plain prediction
+        self._legal_reads: OpsetReads | None = None  # those of the last legalization
 
     def pool(self) -> list[Candidate]:
         """The candidates that may be chosen."""
@@ -189,15 +196,16 @@ class CandidateSearch:
         best = best_candidate([c.rank for c in pool])
         return next(c for c in pool if c.rank is best)
 
-    def _offer(self, candidate: Candidate, build: Callable[[], ir.Model]) -> None:
-        """Keep ``candidate``'s model (made by ``build``) while it is the best so far;
+    def _offer(self, candidate: Candidate, model: ir.Model | None = None) -> None:
+        """Make ``candidate`` the best so far when it is (rule 6), its model ``model``
+        when one is given (the working copy, legalized: the search's last candidate);
         drop the model of the one it beats (unless every model is kept)."""
         if self.wanted is not None and candidate.opset != self.wanted:
             return
         if self.chosen() is not candidate:
             return
-        if candidate.model is None and candidate.legalized:
-            candidate.model = build()  # a plain one is lowered from the model itself
+        if candidate.model is None and model is not None:
+            candidate.model = model
         previous, self.best = self.best, candidate
         if previous is not None and not self.keep_models:
             previous.model = None
@@ -220,7 +228,7 @@ class CandidateSearch:
         if self.keep_models:
             candidate.model = copy_with_origins(model)[0]
         self.plain[opset] = candidate
-        self._offer(candidate, lambda: model)
+        self._offer(candidate)  # a plain one is lowered from the model itself
         return candidate
 
     def add_legalized(
@@ -238,66 +246,107 @@ class CandidateSearch:
 
         ``last``: the caller needs ``work`` no more (the search's last candidate on its
         working copy). When this candidate is then the best so far, ``work`` itself,
-        legalized, becomes its model (not put back): the copy it would get is the same
-        model, so making one would only cost its time and memory."""
+        legalized, becomes its model (not put back): building it again (:meth:`model_of`)
+        would make the same model, at the cost of its time and memory."""
+        if self._legalized_twin(work, plain, replaced):
+            return
         log = EditLog()
         spent = False  # work became the candidate's model: not put back
         try:
             ordered = [n for n in walk(work.graph)[0] if n in built]
-            result = legalize(
-                work,
-                self.table,
-                built=ordered,
-                prediction=plain.prediction,
-                cost=plain.rank.cost,
-                dims=self.sizes,
-                log=log,
-            )
-            origin = plain.origin
-            expanded = frozenset(
-                n if origin is None else origin.nodes[n]
-                for n in result.expanded
-                if origin is None or n in origin.nodes
-            )
-            rank = candidate_rank(
-                result.after_cost,
-                opset=plain.opset,
-                replaced=replaced + len(expanded),
-                legalized=True,
-            )
-            candidate = Candidate(plain.opset, True, result.after, rank, origin, result)
-            candidate.replaced_nodes = plain.replaced_nodes
-            candidate.expanded_nodes = expanded
-            self.legalizations[plain.opset] = candidate
+            with recording() as reads:
+                result = legalize(
+                    work,
+                    self.table,
+                    built=ordered,
+                    prediction=plain.prediction,
+                    cost=plain.rank.cost,
+                    dims=self.sizes,
+                    log=log,
+                )
+            self._legal_reads = reads if self._derives() else None
+            candidate = self._legalized_candidate(plain, result, replaced)
             if result.modified:
-                self.legalized[plain.opset] = candidate
                 if self.keep_models:
                     candidate.model = copy_with_origins(work)[0]
-                # The best so far: its model is the legalized copy, before it is put back
-                # (or work itself, when it is the last candidate made on it).
-                if last and not self.keep_models:
-                    self._offer(candidate, lambda: work)
-                    spent = candidate.model is work
-                else:
-                    self._offer(candidate, lambda: copy_with_origins(work)[0])
+                # The best so far keeps work itself, legalized, as its model when it is
+                # the last candidate made on it; else its model is built if it is chosen.
+                self._offer(candidate, work if last and not self.keep_models else None)
+                spent = candidate.model is work
         finally:  # the caller's model (the source candidate) is left as it was, even on error
             if not spent:
                 log.restore()
             collect_young()  # what the trials built and predicted
 
+    def _derives(self) -> bool:
+        """Whether candidates may be derived from the ones above (module docstring)."""
+        return REUSE_TWINS and not (self.keep_models or self.wanted is not None)
+
+    def _legalized_twin(self, work: ir.Model, plain: Candidate, replaced: int) -> bool:
+        """Record the legalized candidate at ``plain``'s opset derived from the one above
+        (:func:`~.twins.derive_legalization`), without touching ``work``; whether it was.
+        It ties the one above, so it is never the best: no model is offered."""
+        reads, self._legal_reads = self._legal_reads, None
+        above = self.legalizations.get(plain.opset + 1)
+        if (
+            reads is None
+            or above is None
+            or above.legalization is None
+            or plain.opset not in self.derived
+        ):
+            return False
+        result = derive_legalization(
+            above.legalization,
+            reads,
+            plain.prediction,
+            plain.rank.cost,
+            work,
+            self.table,
+            self.sizes,
+        )
+        if result is None:
+            return False
+        self._legalized_candidate(plain, result, replaced)
+        self.legalized_derived.add(plain.opset)
+        return True
+
+    def _legalized_candidate(
+        self, plain: Candidate, result: LegalizationResult, replaced: int
+    ) -> Candidate:
+        """Record the legalized candidate ``result`` made of ``plain``."""
+        origin = plain.origin
+        expanded = frozenset(
+            n if origin is None else origin.nodes[n]
+            for n in result.expanded
+            if origin is None or n in origin.nodes
+        )
+        rank = candidate_rank(
+            result.after_cost,
+            opset=plain.opset,
+            replaced=replaced + len(expanded),
+            legalized=True,
+        )
+        candidate = Candidate(plain.opset, True, result.after, rank, origin, result)
+        candidate.replaced_nodes = plain.replaced_nodes
+        candidate.expanded_nodes = expanded
+        self.legalizations[plain.opset] = candidate
+        if result.modified:
+            self.legalized[plain.opset] = candidate
+        return candidate
+
     def model_of(self, model: ir.Model, chosen: Candidate) -> ir.Model:
         """The model of the legalized candidate ``chosen`` (of the search over ``model``).
 
-        The search keeps the model of the best candidate so far (:meth:`_offer`), which is
-        the chosen one unless dominance brought back one an undominated later candidate had
-        beaten (then dominated in turn). For that one only, this redoes on a copy of
-        ``model`` what the search did for ``chosen.opset``: the same one-opset lowering
-        steps, then legalization.
+        The search keeps a legalized candidate's model only when it is the last made on
+        the working copy (the working copy itself) or every model is kept. Else this
+        builds it once, on a copy of ``model``, without predicting: the same one-opset
+        lowering steps, then the edits its legalization made
+        (:func:`~.rewrites.replay_rewrites`).
         """
-        assert chosen.legalized
+        assert chosen.legalized and chosen.legalization is not None
         if chosen.model is not None:
             return chosen.model
-        logger.debug("rebuilding the legalized candidate at opset %d", chosen.opset)
+        logger.debug("building the legalized candidate at opset %d", chosen.opset)
         work, _ = copy_with_origins(model)
         source = default_opset(work.opset_imports)
         assert source is not None
@@ -305,7 +354,8 @@ class CandidateSearch:
         for opset in range(source - 1, chosen.opset - 1, -1):
             built.update(run_lowering(work, opset).built)
         ordered = [n for n in walk(work.graph)[0] if n in built]
-        legalize(work, self.table, built=ordered, dims=self.sizes)
+        legalization = chosen.legalization
+        replay_rewrites(work, legalization.opset, legalization.rewrites, self.table, ordered)
         chosen.model = work
         return work
 
@@ -324,9 +374,8 @@ class CandidateSearch:
         above = self.plain.get(target + 1)
         derived = None
         if (
-            REUSE_TWINS
+            self._derives()
             and above is not None
-            and not (self.keep_models or self.wanted is not None)
             and not (result.built or result.replaced or result.rewritten)
         ):
             derived = derive_prediction(above.prediction, reads, work, self.table, target)

@@ -23,7 +23,8 @@ rewrites such nodes, at the model's opset, when that moves work onto the EP. Rul
    or when anything fails while it is priced (:mod:`~onnxscript_ep_passes.core.checkpoint`:
    no copy of the model is made); :class:`LegalizeForEpPass` likewise leaves the model as
    it was when legalizing it fails. Kept expansions may expose new candidates (a body
-   node that is a function op): the search repeats until nothing more is kept.
+   node that is a function op): the search repeats until nothing more is kept. The kept
+   rewrites are recorded, to be made again on another copy (:mod:`.rewrites`).
 5. **Bool widening** (decision ``ep_equivalent``): a candidate without a function body
    that only moves bool data (``Pad``, ``Shape``, ``Slice`` ... of a mask) and that the EP
    runs in another type is run in that type between exact Casts
@@ -49,13 +50,14 @@ __all__ = [
     "LegalizeForEpPass",
     "LegalizeForEpResult",
     "legalize",
+    "untried_legalization",
 ]
 
 import collections
 import dataclasses
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Literal
 
 import onnx_ir as ir
@@ -70,13 +72,14 @@ from onnxscript_ep_passes.ep.placement import NodePlacement, PlacementPrediction
 from onnxscript_ep_passes.ep.profiles import EpProfile
 from onnxscript_ep_passes.ep.target import EpTarget
 from onnxscript_ep_passes.lowering import schemas
-from onnxscript_ep_passes.lowering.context import NameIndex, NodeRefusedError
-from onnxscript_ep_passes.lowering.expansion import expand_node, function_body_version
+from onnxscript_ep_passes.lowering.context import NameIndex
+from onnxscript_ep_passes.lowering.expansion import function_body_version
 from onnxscript_ep_passes.lowering.opset_imports import require_default_opset
 from onnxscript_ep_passes.passes.ep_pass import EpPass
 from onnxscript_ep_passes.passes.options import SearchOptions, search_options
+from onnxscript_ep_passes.passes.rewrites import KeptRewrites, Rewrite, rewrite_nodes, widens
 from onnxscript_ep_passes.passes.static_shapes import fold_static_shapes
-from onnxscript_ep_passes.passes.widen_bool import bool_components, widen_carrier, widen_node
+from onnxscript_ep_passes.passes.widen_bool import bool_components, widen_carrier
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +143,9 @@ class LegalizationResult:
         folded: Nodes replaced by constants.
         before, after: Predicted placement before and after.
         after_cost: The estimated cost of ``after`` (:func:`placement_cost` on the model).
+        tried: How many nodes the search tried to rewrite (0: it found no candidate,
+            and ``after`` is the prediction of the model once folded).
+        rewrites: The rewrites kept, in order (:func:`~.rewrites.replay_rewrites`).
     """
 
     opset: int
@@ -150,37 +156,12 @@ class LegalizationResult:
     after: PlacementPrediction
     after_cost: PlacementCost
     widened: list[ir.Node] = dataclasses.field(default_factory=list)
+    tried: int = 0
+    rewrites: tuple[Rewrite, ...] = ()
 
     @property
     def modified(self) -> bool:
         return bool(self.expanded or self.folded or self.widened)
-
-
-def _expand_and_fold(
-    nodes: Sequence[ir.Node], model: ir.Model, opset: int, table: KernelTable, index: NameIndex
-) -> dict[ir.Node, str]:
-    """Expand (then fold the bodies of) or widen ``nodes``; why each failure failed.
-    Body nodes of the main graph are named from ``index`` (read once per search)."""
-    failed: dict[ir.Node, str] = {}
-    for node in nodes:
-        try:
-            if _widens(node, opset):
-                widen_node(node, table, opset)
-                continue
-            names = index.names() if node.graph is index.graph else None
-            built = expand_node(model, node, opset, names=names)
-        except NodeRefusedError as refusal:
-            logger.debug("cannot expand %s: %s", node.name, refusal.reason)
-            failed[node] = refusal.reason
-            continue
-        index.add(built)
-        fold_static_shapes(built, opset)
-    return failed
-
-
-def _widens(node: ir.Node, opset: int) -> bool:
-    """Whether ``node`` is rewritten by widening (rule 5), not by expansion."""
-    return function_body_version(node.op_type, opset, node.domain) is None
 
 
 def _candidate_reason(placed: NodePlacement, opset: int, table: KernelTable) -> str | None:
@@ -227,6 +208,7 @@ class _Search:
         self.tried: set[ir.Node] = set()
         self.priced: tuple[PlacementPrediction, PlacementCost] | None = None  # the last one
         self.names = NameIndex(model.graph)  # the node names, read once per search
+        self.kept = KeptRewrites(model)  # the rewrites kept, to be replayed
 
     def cost(self, prediction: PlacementPrediction) -> PlacementCost:
         """The cost of ``prediction`` (of the model), priced once per prediction."""
@@ -245,7 +227,7 @@ class _Search:
                 self.tried.update(nodes)
                 accepted, current = self._try_group(nodes, current)
                 for node in accepted:
-                    (self.widened if _widens(node, self.opset) else self.expanded).append(node)
+                    (self.widened if widens(node, self.opset) else self.expanded).append(node)
                 self.expanded_ops[op_type] += len(accepted)
                 progress = progress or bool(accepted)
                 logger.debug("%s: expanded %d of %d", op_type, len(accepted), len(nodes))
@@ -267,7 +249,7 @@ class _Search:
             if reason is not None:
                 self.kept_on_cpu.setdefault(node, reason)
                 continue
-            key = _WIDEN_GROUP if _widens(node, self.opset) else placed.op_type
+            key = _WIDEN_GROUP if widens(node, self.opset) else placed.op_type
             if node not in groups[key]:
                 groups[key].append(node)
         if inlined_fallback:
@@ -306,9 +288,10 @@ class _Search:
         self, nodes: list[ir.Node], current: PlacementPrediction
     ) -> tuple[list[ir.Node], PlacementPrediction, str]:
         """Expand ``nodes`` in place; put the model back unless it pays (or on error)."""
+        self.kept.before_trial()
         mark = checkpoint(self.model)
         try:
-            failed = _expand_and_fold(nodes, self.model, self.opset, self.table, self.names)
+            built, failed = rewrite_nodes(nodes, self.model, self.opset, self.table, self.names)
             why = ""
             if len(failed) == len(nodes):
                 why = f"cannot be expanded: {next(iter(failed.values()))}"
@@ -329,7 +312,10 @@ class _Search:
         if self.log is not None:  # undoing the first kept trial undoes all kept after it
             self.log.nest(mark)
             self.log = None
-        return [n for n in nodes if n not in failed], prediction, ""
+        kept = [n for n in nodes if n not in failed]
+        for node in kept:
+            self.kept.keep(node, built[node])
+        return kept, prediction, ""
 
 
 def legalize(
@@ -370,19 +356,37 @@ def legalize(
     after_cost = search.cost(after)  # ``before_cost`` when nothing changed
     decisions = _decisions(before, f"predicted {before_cost} -> {after_cost}", search, opset)
     if search.expanded or search.widened:  # in an EP search, the EP pass logs the summary
+        ops = ", ".join(f"{op} x{n}" for op, n in sorted(search.expanded_ops.items()))
         logger.debug(
             "Legalized '%s' for %s at opset %d: expanded %d nodes (%s); predicted %s -> %s",
-            model.graph.name,
-            table.ep,
-            opset,
-            len(search.expanded),
-            ", ".join(f"{op} x{n}" for op, n in sorted(search.expanded_ops.items())),
-            before_cost,
-            after_cost,
+            *(model.graph.name, table.ep, opset, len(search.expanded), ops),
+            *(before_cost, after_cost),
         )
     return LegalizationResult(
-        opset, decisions, search.expanded, folded, before, after, after_cost, search.widened
+        *(opset, decisions, search.expanded, folded, before, after, after_cost),
+        *(search.widened, len(search.tried), tuple(search.kept.rewrites)),
     )
+
+
+def untried_legalization(
+    model: ir.Model,
+    table: KernelTable,
+    folded: int,
+    prediction: PlacementPrediction,
+    cost: PlacementCost,
+    dims: DimSizes,
+) -> LegalizationResult | None:
+    """What :func:`legalize` returns for ``model`` when folding its built nodes' shape
+    math folds ``folded`` of them into a model predicted as ``prediction`` (its records
+    pointing at ``model``'s nodes) at ``cost``, and its search finds no node to try;
+    None when it finds one (the trials need the folded model). ``model`` is not
+    changed: folding it is the caller's (:func:`~.twins.derive_legalization`)."""
+    opset = require_default_opset(model)
+    search = _Search(model, table, opset, dims)
+    if search._groups(prediction):
+        return None
+    decisions = _decisions(prediction, f"predicted {cost} -> {cost}", search, opset)
+    return LegalizationResult(opset, decisions, [], folded, prediction, prediction, cost)
 
 
 def _decisions(

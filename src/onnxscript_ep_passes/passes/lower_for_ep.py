@@ -39,14 +39,15 @@ Rules the pass follows:
    so a native kernel at a reachable opset beats an expansion), then the higher opset,
    then plain before legalized. Among plain candidates this picks what
    rule 3 picks (lowering further never replaces fewer nodes), and a node the EP runs is
-   never expanded. The search keeps a copy of the legalized candidate that is the best
-   so far (made before the working copy is put back; for the last candidate made on the
-   working copy, the working copy itself, not put back) and drops the one it beat, so it
-   holds at most two candidates' models besides the working copy; the chosen legalized
-   candidate's model is that copy, the model the pass keeps (its graph is moved into the
-   model object), not rebuilt or priced again. (Only when dominance brings back a
-   candidate a later one had beaten is its model rebuilt: the same lowering steps, then
-   legalization.) A chosen plain candidate is the model lowered in place. Each node that falls back at the source opset or at the
+   never expanded. The search builds no legalized candidate's model while it weighs
+   them: each is priced on the working copy, legalized in place and put back. Only the
+   chosen one is built, once, after the search: on a copy of the model, the same
+   lowering steps, then the edits its legalization kept, replayed without predicting
+   anything (:func:`~onnxscript_ep_passes.passes.rewrites.replay_rewrites`); when it
+   is the last candidate made on the working copy, it is the working copy itself, not
+   put back. So the search holds one copy of the model besides the model, and the
+   chosen legalized candidate's model is the model the pass keeps (its graph is moved
+   into the model object), not priced again. A chosen plain candidate is the model lowered in place. Each node that falls back at the source opset or at the
    chosen one gets a :class:`~onnxscript_ep_passes.passes.legalize.LegalizationDecision`
    (``lower``, ``expand`` or ``cpu``, with the reason; :mod:`.choice_decisions`) in
    :attr:`EpLoweringChoice.decisions`, logged at DEBUG (rule 5 counts them at INFO).

@@ -19,6 +19,11 @@ A function-body expansion (or a lowering) computes shapes at run time (``Shape``
 4. Given an :class:`~onnxscript_ep_passes.core.checkpoint.EditLog`, every edit is made
    through it, so that it can undo the folding (the EP search folds its working copy,
    predicts, and puts it back) without a checkpoint of the whole model.
+5. The opset is read only by the reference evaluations. While a record of calls to ONNX
+   is made (:func:`~onnxscript_ep_passes.ep.placement.opset_reads.recording`), each
+   distinct one is noted (kind ``"fold"``), to be asked again at another opset
+   (:mod:`.twins`); an evaluation without a key (object data) marks the record
+   incomplete.
 
 Hand-written, not onnxscript's constant folder: that folder works on the whole model
 (rule 1 would need its ``should_fold`` hook for every node), turns folded values into
@@ -43,6 +48,7 @@ import onnx_ir as ir
 
 from onnxscript_ep_passes.core.checkpoint import EditLog
 from onnxscript_ep_passes.core.onnx_utils import tensor_array
+from onnxscript_ep_passes.ep.placement import opset_reads
 from onnxscript_ep_passes.ep.shapes import small_constant
 from onnxscript_ep_passes.lowering import schemas
 
@@ -140,6 +146,7 @@ def _reference(
     Results are remembered by what determines them (op, opset, attributes, input values):
     a model repeats the same shape math in every block, and the EP search folds the same
     nodes at each candidate opset. Copies are returned, so no two constants share data.
+    The call is noted in the record being made, if any (rule 5).
     """
     key: tuple[object, ...] | None = None
     if all(a.dtype != object for a in feeds.values()):  # object arrays hold pointers
@@ -151,25 +158,63 @@ def _reference(
             tuple(a.SerializeToString(deterministic=True) for a in attributes),
             tuple((n, a.dtype.str, a.shape, a.tobytes()) for n, a in feeds.items()),
         )
+    op_type, outputs = node.op_type, len(node.outputs)
+
+    def run(at: int) -> list[np.ndarray] | None:
+        return _evaluated(op_type, outputs, names, attributes, feeds, at, key)
+
+    arrays = run(opset)
+    reads = opset_reads.active()
+    if reads is not None:
+        reads.note(
+            "fold",
+            None if key is None else (key[0], *key[2:]),  # the opset is what is asked again
+            lambda: opset_reads.Call(
+                op_type, "", _spelled(arrays), lambda at, _s, _v: _spelled(run(at))
+            ),
+        )
+    return arrays
+
+
+def _evaluated(
+    op_type: str,
+    outputs: int,
+    names: list[str],
+    attributes: list[onnx.AttributeProto],
+    feeds: dict[str, np.ndarray],
+    opset: int,
+    key: tuple[object, ...] | None,
+) -> list[np.ndarray] | None:
+    """:func:`_reference`'s evaluation at ``opset``, memoized under ``key`` (with
+    ``opset`` in it) when there is one."""
+    if key is not None:
+        key = (key[0], opset, *key[2:])
         if key in _EVALUATED:
             known = _EVALUATED[key]
             return None if known is None else [a.copy() for a in known]
-    proto = onnx.helper.make_node(
-        node.op_type, names, [f"out{i}" for i in range(len(node.outputs))]
-    )
+    proto = onnx.helper.make_node(op_type, names, [f"out{i}" for i in range(outputs)])
     proto.attribute.extend(attributes)
     arrays: list[np.ndarray] | None
     try:
         results = onnx.reference.ReferenceEvaluator(proto, opsets={"": opset}).run(None, feeds)
         arrays = [np.asarray(r) for r in results]
     except Exception as error:  # an op the reference cannot run: leave it
-        logger.debug("cannot fold %s (%s): %s", node.name, node.op_type, error)
+        logger.debug("cannot fold %s at opset %d: %s", op_type, opset, error)
         arrays = None
     if key is not None:
         if len(_EVALUATED) >= _EVALUATED_MAX:
             _EVALUATED.clear()
         _EVALUATED[key] = None if arrays is None else [a.copy() for a in arrays]
     return arrays
+
+
+def _spelled(
+    arrays: list[np.ndarray] | None,
+) -> tuple[tuple[str, tuple[int, ...], bytes], ...] | None:
+    """``arrays`` as a value ``==`` compares (type, shape and bytes of each)."""
+    if arrays is None:
+        return None
+    return tuple((a.dtype.str, a.shape, a.tobytes()) for a in arrays)
 
 
 _EVALUATED: dict[tuple[object, ...], list[np.ndarray] | None] = {}

@@ -1,5 +1,5 @@
-"""A candidate's plain prediction derived from the one above it, when the lowering step
-between them changed nothing but the opset label (issue 23).
+"""A candidate's plain prediction, and its legalization, derived from the one above it,
+when the lowering step between them changed nothing but the opset label (issue 23).
 
 Lowering the working copy one opset at a time, some steps build, replace and rewrite no
 node (:class:`~onnxscript_ep_passes.lowering.lower_opset.LoweringResult`): the model is the
@@ -56,11 +56,31 @@ None (the caller predicts afresh). Rules:
    version below and its reason below; every other record, the Memcpy nodes and the
    removed nodes are the same. Its price is the one above: pricing reads no version or
    reason, and its calls are checked (rule 4).
+
+:func:`derive_legalization` derives the legalized candidate below (:mod:`.legalize`: the
+lowering's built nodes' shape math folded, then a search for fallback nodes to rewrite)
+from the legalization above, on the same working copy, put back as it was:
+
+6. The search above tried no node, and the record of the whole legalization above (its
+   folding, prediction and price) is complete. The plain prediction below was derived
+   (rules 1-5): the step built and replaced nothing, so the same nodes are folded.
+7. Folding reads the opset only through its reference evaluations
+   (:mod:`.static_shapes`, rule 5). Each recorded one, asked again at the lower opset
+   whatever its op's version, answers the same: folding the working copy below would
+   make the edits it made above, and the folded model below is the one above relabelled.
+8. Its prediction is then derived from the one above under rules 1-5 (when nothing was
+   folded: it is the plain prediction below), and its price is the one above.
+9. The legalization's search below runs on that prediction
+   (:func:`~.legalize.untried_legalization`); when it finds a node to try, nothing is
+   derived (the trials need the folded model). Else the derived result is the
+   legalization below, and the working copy is not folded: the candidate ties the one
+   above (the same price, the same nodes replaced), which the tie goes to, so it is
+   never chosen and its model is never built.
 """
 
 from __future__ import annotations
 
-__all__ = ["derive_prediction"]
+__all__ = ["derive_legalization", "derive_prediction"]
 
 import dataclasses
 import logging
@@ -69,6 +89,8 @@ import onnx
 import onnx_ir as ir
 
 from onnxscript_ep_passes.core.onnx_utils import walk
+from onnxscript_ep_passes.ep.cost import PlacementCost
+from onnxscript_ep_passes.ep.dims import DimSizes
 from onnxscript_ep_passes.ep.kernel_table import KernelTable
 from onnxscript_ep_passes.ep.live_tables import installed_cpu_table
 from onnxscript_ep_passes.ep.placement import PlacementPrediction
@@ -78,6 +100,7 @@ from onnxscript_ep_passes.ep.placement.graph import FlatNode, FlatValue
 from onnxscript_ep_passes.ep.placement.kernels import decide, decisions_of
 from onnxscript_ep_passes.ep.placement.opset_reads import OpsetReads
 from onnxscript_ep_passes.ep.profiles import traits_for
+from onnxscript_ep_passes.passes.legalize import LegalizationResult, untried_legalization
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +152,38 @@ def derive_prediction(
         *(opset, opset + 1, len(relabelled), ", ".join(sorted(relabelled))),
     )
     return dataclasses.replace(above, nodes=tuple(nodes))
+
+
+def derive_legalization(
+    above: LegalizationResult,
+    reads: OpsetReads | None,
+    plain: PlacementPrediction,
+    plain_cost: PlacementCost,
+    work: ir.Model,
+    table: KernelTable,
+    sizes: DimSizes,
+) -> LegalizationResult | None:
+    """The legalization of ``work`` at its opset, derived from ``above`` (its legalization
+    one opset up, the whole of it recorded in ``reads``), where ``plain`` (its prediction,
+    at ``plain_cost``) was derived from the plain one above; None when the module
+    docstring's rules 6-9 do not all hold (the caller legalizes afresh). ``work`` is not
+    changed."""
+    if above.tried or reads is None or not reads.complete:
+        return None
+    opset = above.opset - 1
+    for (kind, _), call in reads.calls.items():
+        if kind == "fold" and call.again(opset, None, 0) != call.result:
+            return None  # rule 7
+    prediction, cost = plain, plain_cost
+    if above.folded:
+        derived = derive_prediction(above.after, reads, work, table, opset)
+        if derived is None:
+            return None
+        prediction, cost = derived, above.after_cost
+    result = untried_legalization(work, table, above.folded, prediction, cost, sizes)
+    if result is not None:
+        logger.debug("opset %d legalization derived from %d", opset, opset + 1)
+    return result
 
 
 def _relabelled_ops(
