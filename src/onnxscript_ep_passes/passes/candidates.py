@@ -41,6 +41,7 @@ __all__ = [
     "to_measure",
 ]
 
+import contextlib
 import dataclasses
 import logging
 
@@ -254,7 +255,7 @@ class CandidateSearch:
         spent = False  # work became the candidate's model: not put back
         try:
             ordered = [n for n in walk(work.graph)[0] if n in built]
-            with recording() as reads:
+            with self._recording() as reads:
                 result = legalize(
                     work,
                     self.table,
@@ -264,7 +265,7 @@ class CandidateSearch:
                     dims=self.sizes,
                     log=log,
                 )
-            self._legal_reads = reads if self._derives() else None
+            self._legal_reads = reads
             candidate = self._legalized_candidate(plain, result, replaced)
             if result.modified:
                 if self.keep_models:
@@ -281,6 +282,11 @@ class CandidateSearch:
     def _derives(self) -> bool:
         """Whether candidates may be derived from the ones above (module docstring)."""
         return REUSE_TWINS and not (self.keep_models or self.wanted is not None)
+
+    def _recording(self) -> contextlib.AbstractContextManager[OpsetReads | None]:
+        """A record of the calls to ONNX made meanwhile, for the candidate below to be
+        derived from; none where nothing is derived."""
+        return recording() if self._derives() else contextlib.nullcontext()
 
     def _legalized_twin(self, work: ir.Model, plain: Candidate, replaced: int) -> bool:
         """Record the legalized candidate at ``plain``'s opset derived from the one above
@@ -384,7 +390,7 @@ class CandidateSearch:
             prediction, cost = derived, above.rank.cost
             self.derived.add(target)
         else:
-            with recording() as self._reads:
+            with self._recording() as self._reads:
                 prediction = predict_placement(work, self.table)
                 cost = placement_cost(prediction, work, self.sizes)
         plain = self.add_plain(

@@ -148,29 +148,29 @@ def _reference(
     nodes at each candidate opset. Copies are returned, so no two constants share data.
     The call is noted in the record being made, if any (rule 5).
     """
-    key: tuple[object, ...] | None = None
+    key: tuple[object, ...] | None = None  # what determines the result, but the opset
     if all(a.dtype != object for a in feeds.values()):  # object arrays hold pointers
         key = (
             node.op_type,
-            opset,
             len(node.outputs),
             tuple(names),
             tuple(a.SerializeToString(deterministic=True) for a in attributes),
             tuple((n, a.dtype.str, a.shape, a.tobytes()) for n, a in feeds.items()),
         )
     op_type, outputs = node.op_type, len(node.outputs)
-
-    def run(at: int) -> list[np.ndarray] | None:
-        return _evaluated(op_type, outputs, names, attributes, feeds, at, key)
-
-    arrays = run(opset)
+    arrays = _evaluated(op_type, outputs, names, attributes, feeds, opset, key)
     reads = opset_reads.active()
-    if reads is not None:
+    if reads is not None:  # asked again at another opset (rule 5)
         reads.note(
             "fold",
-            None if key is None else (key[0], *key[2:]),  # the opset is what is asked again
+            key,
             lambda: opset_reads.Call(
-                op_type, "", _spelled(arrays), lambda at, _s, _v: _spelled(run(at))
+                op_type,
+                "",
+                _spelled(arrays),
+                lambda at, _s, _v: _spelled(
+                    _evaluated(op_type, outputs, names, attributes, feeds, at, key)
+                ),
             ),
         )
     return arrays
@@ -185,13 +185,12 @@ def _evaluated(
     opset: int,
     key: tuple[object, ...] | None,
 ) -> list[np.ndarray] | None:
-    """:func:`_reference`'s evaluation at ``opset``, memoized under ``key`` (with
-    ``opset`` in it) when there is one."""
-    if key is not None:
-        key = (key[0], opset, *key[2:])
-        if key in _EVALUATED:
-            known = _EVALUATED[key]
-            return None if known is None else [a.copy() for a in known]
+    """:func:`_reference`'s evaluation at ``opset``, memoized under ``(opset, key)`` when
+    there is a ``key``."""
+    memo = None if key is None else (opset, key)
+    if memo is not None and memo in _EVALUATED:
+        known = _EVALUATED[memo]
+        return None if known is None else [a.copy() for a in known]
     proto = onnx.helper.make_node(op_type, names, [f"out{i}" for i in range(outputs)])
     proto.attribute.extend(attributes)
     arrays: list[np.ndarray] | None
@@ -201,10 +200,10 @@ def _evaluated(
     except Exception as error:  # an op the reference cannot run: leave it
         logger.debug("cannot fold %s at opset %d: %s", op_type, opset, error)
         arrays = None
-    if key is not None:
+    if memo is not None:
         if len(_EVALUATED) >= _EVALUATED_MAX:
             _EVALUATED.clear()
-        _EVALUATED[key] = None if arrays is None else [a.copy() for a in arrays]
+        _EVALUATED[memo] = None if arrays is None else [a.copy() for a in arrays]
     return arrays
 
 
